@@ -1,0 +1,38 @@
+# Two commands set up everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+CONFIG ?= deploy/server.properties
+
+.PHONY: run test test-fast bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.installed
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/strata broker --config $(CONFIG)
+
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq kcat; fi; }
+
+test: $(VENV)/.test-installed kcat
+	$(PY) -m pytest -q -rs tests
+
+test-fast: $(VENV)/.test-installed
+	$(PY) -m pytest -q -rs -m "not slow" tests
+
+bench: $(VENV)/.test-installed
+	$(PY) bench/produce_fetch.py
+
+clean:
+	rm -rf $(VENV) data

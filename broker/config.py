@@ -1,0 +1,135 @@
+"""Broker configuration: a server.properties-style file plus `--override key=value`, Kafka's names and defaults."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from storage.log_config import LogConfig
+
+# Broker-level settings Strata reads, with Kafka's defaults. Log defaults (log.*) live in storage.log_config.
+BROKER_DEFAULTS: dict[str, str] = {
+    "node.id": "1",
+    "listeners": "PLAINTEXT://127.0.0.1:9092",
+    "advertised.listeners": "",
+    "log.dirs": "./data/logs",
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "auto.create.topics.enable": "true",
+    "delete.topic.enable": "true",
+    "socket.request.max.bytes": str(100 * 1024 * 1024),
+    "log.retention.check.interval.ms": "300000",
+    "log.flush.scheduler.interval.ms": str(2**63 - 1),
+    "log.flush.offset.checkpoint.interval.ms": "60000",
+    "connections.max.idle.ms": "600000",
+    "producer.id.expiration.ms": "86400000",
+    "max.incremental.fetch.session.cache.slots": "1000",
+    "cluster.id": "",
+    "remote.log.storage.manager.store.url": "",
+    "metrics.port": "-1",
+}
+
+_HOURS = 3_600_000
+_MINUTES = 60_000
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties subset: `key=value` or `key: value`, `#`/`!` comments, blank lines."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if sep < 0:
+            raise ValueError(f"config line has no '=': {raw!r}")
+        out[line[:sep].strip()] = line[sep + 1:].strip()
+    return out
+
+
+def _log_defaults(props: dict[str, str]) -> dict[str, str]:
+    """Fold Kafka's alternative units (hours/minutes) into the *.ms names the log config reads."""
+    d = dict(props)
+    if "log.retention.ms" not in d:
+        if "log.retention.minutes" in d:
+            d["log.retention.ms"] = str(int(d["log.retention.minutes"]) * _MINUTES)
+        elif "log.retention.hours" in d:
+            d["log.retention.ms"] = str(int(d["log.retention.hours"]) * _HOURS)
+    if "log.roll.ms" not in d and "log.roll.hours" in d:
+        d["log.roll.ms"] = str(int(d["log.roll.hours"]) * _HOURS)
+    return d
+
+
+@dataclass
+class BrokerConfig:
+    props: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | None, overrides: list[str] | None = None) -> "BrokerConfig":
+        props: dict[str, str] = {}
+        if path:
+            props.update(parse_properties(Path(path).read_text()))
+        for ov in overrides or []:
+            if "=" not in ov:
+                raise ValueError(f"--override expects key=value, got {ov!r}")
+            k, v = ov.split("=", 1)
+            props[k.strip()] = v.strip()
+        cfg = cls(props)
+        cfg.log_defaults()  # validate early: a bad log.* value fails at start-up, not at first produce
+        return cfg
+
+    def get(self, key: str) -> str:
+        if key in self.props:
+            return self.props[key]
+        return BROKER_DEFAULTS.get(key, "")
+
+    def get_int(self, key: str) -> int:
+        return int(self.get(key))
+
+    def get_bool(self, key: str) -> bool:
+        return self.get(key).strip().lower() == "true"
+
+    @property
+    def node_id(self) -> int:
+        return self.get_int("node.id")
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        first = self.get("listeners").split(",")[0].strip()
+        u = urlparse(first if "://" in first else "PLAINTEXT://" + first)
+        return (u.hostname or "0.0.0.0", u.port or 9092)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        adv = self.get("advertised.listeners").strip()
+        if not adv:
+            host, port = self.listener
+            return ("127.0.0.1" if host in ("0.0.0.0", "") else host, port)
+        u = urlparse(adv.split(",")[0].strip())
+        return (u.hostname or "127.0.0.1", u.port or 9092)
+
+    @property
+    def log_dir(self) -> Path:
+        return Path(self.get("log.dirs").split(",")[0].strip())
+
+    def log_defaults(self) -> dict[str, str]:
+        return _log_defaults(self.props)
+
+    def log_config(self, overrides: dict[str, object] | None = None) -> LogConfig:
+        return LogConfig.resolve(self.log_defaults(), overrides or {})
+
+    def cluster_id(self) -> str:
+        """Stable cluster id: configured, else generated once and kept in the log dir's meta.properties."""
+        configured = self.get("cluster.id")
+        if configured:
+            return configured
+        meta = self.log_dir / "meta.properties"
+        if meta.exists():
+            p = parse_properties(meta.read_text())
+            if p.get("cluster.id"):
+                return p["cluster.id"]
+        cid = uuid.uuid4().hex[:22]
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        meta.write_text(f"version=1\ncluster.id={cid}\nnode.id={self.node_id}\n")
+        return cid

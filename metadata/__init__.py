@@ -1,0 +1,1 @@
+"""Cluster metadata: topics, partitions, topic ids and configs."""

@@ -1,0 +1,1 @@
+"""PySpark data source for Strata topics. Arrives with the Spark connector issue."""
