@@ -1,0 +1,126 @@
+"""kio-based codec for the non-hot APIs: cached schema readers/writers and plain-dict response building.
+
+Handlers build responses as plain dicts and lists; `to_entity` turns them into the kio class of the negotiated
+version, dropping fields that version does not have and filling the ones it needs from Kafka's defaults. That keeps
+one handler body for every version instead of one per version.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import io
+import uuid
+from dataclasses import MISSING, fields, is_dataclass
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (EntityField, EntityTupleField, classify_field, get_field_tag,
+                                    get_schema_field_type, is_optional)
+
+from protocol.tagged_fields import strip_unknown_tags
+
+
+@functools.cache
+def request_schema(api_key: int, version: int):
+    return load_request_schema(api_key, version)
+
+
+@functools.cache
+def response_schema(api_key: int, version: int):
+    return load_response_schema(api_key, version)
+
+
+@functools.cache
+def _reader(schema):
+    return entity_reader(schema)
+
+
+@functools.cache
+def _writer(schema):
+    return entity_writer(schema)
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    return bool(request_schema(api_key, version).__flexible__)
+
+
+def decode_request(api_key: int, version: int, buf: bytes, offset: int):
+    """Decode a request body. kio raises KeyError on unknown tagged fields; Kafka says skip them, so strip and retry."""
+    schema = request_schema(api_key, version)
+    try:
+        entity, _ = _reader(schema)(buf, offset)
+    except KeyError:
+        cleaned = strip_unknown_tags(schema, buf, offset)
+        entity, _ = _reader(schema)(cleaned, 0)
+    return entity
+
+
+def encode_response(api_key: int, version: int, body: dict) -> bytes:
+    schema = response_schema(api_key, version)
+    out = io.BytesIO()
+    _writer(schema)(out, to_entity(schema, body))
+    return out.getvalue()
+
+
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+
+
+@functools.cache
+def _field_plan(schema):
+    plan = []
+    for f in fields(schema):
+        kind = get_schema_field_type(f) if "kafka_type" in f.metadata else None
+        cls = classify_field(f)
+        nested = cls.type_ if isinstance(cls, (EntityField, EntityTupleField)) else None
+        has_default = f.default is not MISSING or f.default_factory is not MISSING
+        plan.append((f.name, kind, nested, isinstance(cls, EntityTupleField), has_default,
+                     is_optional(f), get_field_tag(f) is not None))
+    return tuple(plan)
+
+
+def _convert(kind: str | None, value):
+    if value is None:
+        return None
+    if kind == "error_code":
+        return value if isinstance(value, ErrorCode) else ErrorCode(int(value))
+    if kind in ("timedelta_i32", "timedelta_i64"):
+        return value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
+    if kind == "datetime_i64":
+        return value if isinstance(value, datetime.datetime) else _EPOCH + datetime.timedelta(milliseconds=value)
+    if kind == "uuid":
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(bytes=bytes(value)) if value else None
+    return value
+
+
+def to_entity(schema, data):
+    """Build kio entity `schema` from a dict (or pass an entity through). Unknown keys are dropped silently."""
+    if is_dataclass(data) and not isinstance(data, dict):
+        return data
+    kw = {}
+    for name, kind, nested, is_array, has_default, optional, tagged in _field_plan(schema):
+        if name not in data:
+            if has_default:
+                continue
+            if nested is not None and is_array:
+                kw[name] = ()
+                continue
+            if kind == "error_code":
+                kw[name] = ErrorCode.none
+                continue
+            if optional:
+                kw[name] = None
+                continue
+            raise KeyError(f"{schema.__qualname__} v{schema.__version__} needs field {name!r}")
+        value = data[name]
+        if nested is not None:
+            if is_array:
+                value = None if value is None else tuple(to_entity(nested, v) for v in value)
+            else:
+                value = None if value is None else to_entity(nested, value)
+        elif isinstance(value, (list, tuple)) and kind is not None and kind not in ("bytes", "records"):
+            value = tuple(_convert(kind, v) for v in value)
+        else:
+            value = _convert(kind, value)
+        kw[name] = value
+    return schema(**kw)

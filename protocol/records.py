@@ -1,0 +1,264 @@
+"""Decode and build the records inside RecordBatch v2 batches.
+
+The broker's produce/fetch path never looks inside a batch (see record_batch.py). This module is for the
+few places that must: ListOffsets by timestamp, compaction, the Spark reader and tests. It favours clarity
+over speed, but every step is linear in the batch size.
+
+Record layout inside the (possibly compressed) records section, all integers zigzag varints:
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+    keyLength varint | key | valueLength varint | value          (length -1 = null)
+    headerCount varint | [headerKeyLength varint | headerKey utf8 | headerValueLength varint | value]*
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable, Iterator, NamedTuple
+
+from protocol import compression
+from protocol.record_batch import (
+    COMPRESSION_MASK, CONTROL_BIT, CORRUPT_MESSAGE, HEADER, HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_BIT,
+    compute_crc, iter_batches, read_header,
+)
+
+_MAX_INT32 = 2**31 - 1
+_MIN_INT64, _MAX_INT64 = -2**63, 2**63 - 1
+
+# Header keys are decoded as UTF-8; surrogateescape keeps invalid bytes so a decode -> build round trip
+# reproduces them exactly.
+_KEY_ERRORS = "surrogateescape"
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+class CorruptRecordError(ValueError):
+    """A batch's header or records section cannot be decoded."""
+
+    error_code = CORRUPT_MESSAGE
+
+
+# --- decoding ------------------------------------------------------------------------------------------
+
+def iter_records(batch, *, verify_crc: bool = False) -> Iterator[Record]:
+    """Yield the records of the one RecordBatch v2 that starts at batch[0].
+
+    `batch` is bytes, bytearray or memoryview; bytes past the batch's own length are ignored. Compressed
+    batches are decompressed. With LogAppendTime every record's timestamp is the batch maxTimestamp.
+    Control batches are decoded like any other (their key/value are the control record's schema bytes).
+    Raises CorruptRecordError (a ValueError, error_code CORRUPT_MESSAGE) for anything that does not
+    decode exactly: header and decompression problems at the call, record problems while iterating.
+    """
+    n = len(batch)
+    if n < HEADER_SIZE:
+        raise CorruptRecordError(f"batch of {n} bytes is shorter than the {HEADER_SIZE}-byte header")
+    h = read_header(batch, 0)
+    if h.magic != 2:
+        raise CorruptRecordError(f"magic {h.magic} is not supported, only 2")
+    size = h.size
+    if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or size > n:
+        raise CorruptRecordError(f"batch length {h.batch_length} does not fit the {n}-byte buffer")
+    if verify_crc and compute_crc(batch, 0, size) != h.crc:
+        raise CorruptRecordError("record batch CRC-32C mismatch")
+    if h.records_count < 0:
+        raise CorruptRecordError(f"negative record count {h.records_count}")
+
+    codec = h.attributes & COMPRESSION_MASK
+    if codec == compression.NONE:
+        buf = batch if type(batch) is bytes else bytes(memoryview(batch)[:size])
+        pos, end = HEADER_SIZE, size
+    else:
+        if codec not in compression.CODEC_NAMES:
+            raise CorruptRecordError(f"unknown compression codec {codec}")
+        try:
+            buf = compression.decompress(codec, memoryview(batch)[HEADER_SIZE:size])
+        except compression.CompressionError as e:
+            raise CorruptRecordError(f"batch at offset {h.base_offset}: {e}") from e
+        pos, end = 0, len(buf)
+
+    log_append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_BIT else None
+    return _decode_records(buf, pos, end, h.records_count, h.base_offset, h.base_timestamp, log_append_time)
+
+
+def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
+                    log_append_time: int | None) -> Iterator[Record]:
+    for i in range(count):
+        if pos >= end:
+            raise CorruptRecordError(f"records section ends after {i} of {count} records")
+        try:
+            record, pos = _decode_record(buf, pos, end, base_offset, base_timestamp, log_append_time)
+        except IndexError:
+            raise CorruptRecordError(f"record {i} of {count} runs past the end of the records section") from None
+        yield record
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left over after the batch's {count} records")
+
+
+def _decode_record(buf: bytes, pos: int, end: int, base_offset: int, base_timestamp: int,
+                   log_append_time: int | None) -> tuple[Record, int]:
+    length, pos = _read_varint(buf, pos)
+    start = pos
+    stop = pos + length
+    if length <= 0 or stop > end:
+        raise CorruptRecordError(f"record length {length} at byte {start} does not fit the records section")
+    pos += 1  # record attributes: unused in v2
+    ts_delta, pos = _read_varint(buf, pos)
+    offset_delta, pos = _read_varint(buf, pos)
+    key, pos = _read_bytes(buf, pos, stop)
+    value, pos = _read_bytes(buf, pos, stop)
+    header_count, pos = _read_varint(buf, pos)
+    if header_count < 0:
+        raise CorruptRecordError(f"negative header count {header_count}")
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(header_count):
+        hkey, pos = _read_bytes(buf, pos, stop)
+        if hkey is None:
+            raise CorruptRecordError("null header key")
+        hvalue, pos = _read_bytes(buf, pos, stop)
+        headers.append((hkey.decode("utf-8", _KEY_ERRORS), hvalue))
+    if pos != stop:
+        raise CorruptRecordError(f"record at byte {start} declares {length} bytes but its fields use {pos - start}")
+    timestamp = base_timestamp + ts_delta if log_append_time is None else log_append_time
+    return Record(base_offset + offset_delta, timestamp, key, value, headers), pos
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Zigzag varint/varlong (up to 10 bytes) at buf[pos]; IndexError if it runs off the end."""
+    b = buf[pos]
+    pos += 1
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos
+    raw = b & 0x7F
+    shift = 7
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift >= 70:
+            raise CorruptRecordError(f"varint longer than 10 bytes at byte {pos}")
+
+
+def _read_bytes(buf: bytes, pos: int, stop: int) -> tuple[bytes | None, int]:
+    n, pos = _read_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > stop:
+        raise CorruptRecordError(f"field of {n} bytes at byte {pos} runs past its record")
+    return buf[pos:pos + n], pos + n
+
+
+def iter_all_records(buf, start: int = 0, end: int | None = None, *, skip_control: bool = False,
+                     verify_crc: bool = False) -> Iterator[Record]:
+    """Yield the records of every complete batch in buf[start:end] (e.g. a log segment or fetch response).
+
+    A trailing partial batch is ignored, as consumers do. skip_control drops transaction markers.
+    """
+    mv = memoryview(buf)
+    for pos, h in iter_batches(mv, start, end):
+        if skip_control and h.attributes & CONTROL_BIT:
+            continue
+        yield from iter_records(mv[pos:pos + h.size], verify_crc=verify_crc)
+
+
+# --- building ------------------------------------------------------------------------------------------
+
+def build_records_batch(records: Iterable, codec: int = compression.NONE, base_offset: int = 0,
+                        timestamp_ms: int | None = None, producer_id: int = -1, producer_epoch: int = -1,
+                        base_sequence: int = -1, headers=None, *, attributes: int = 0,
+                        partition_leader_epoch: int = -1) -> bytes:
+    """Build one RecordBatch v2 (CRC-32C set) whose records section is compressed with `codec`.
+
+    Each item of `records` is either
+      * a Record: its offset (>= base_offset, strictly increasing), timestamp and headers are kept, so
+        decoded records (e.g. survivors of compaction) re-encode faithfully; or
+      * a (key, value) or (key, value, headers) tuple: it takes the next offset and `timestamp_ms`
+        (default: now); its headers come from the tuple, else from headers[i] when `headers` is given.
+    baseTimestamp is the first record's timestamp and maxTimestamp the largest. `attributes` adds flag
+    bits (transactional 0x10, control 0x20, LogAppendTime 0x08); the codec bits come from `codec`.
+    """
+    compression.codec_name(codec)  # ValueError for an unknown codec
+    if timestamp_ms is None:
+        timestamp_ms = int(time.time() * 1000)
+
+    entries = []  # (offset_delta, timestamp, key, value, headers)
+    last_delta = -1
+    for i, item in enumerate(records):
+        if isinstance(item, Record):
+            delta, ts, key, value, hdrs = item.offset - base_offset, item.timestamp, item.key, item.value, item.headers
+            if delta <= last_delta:
+                raise ValueError(f"record offset {item.offset} is not above the previous one / base_offset "
+                                 f"{base_offset}")
+        else:
+            if len(item) == 2:
+                key, value = item
+                hdrs = headers[i] if headers else ()
+            elif len(item) == 3:
+                key, value, hdrs = item
+            else:
+                raise ValueError(f"record {i}: expected a Record or a (key, value[, headers]) tuple")
+            delta, ts = last_delta + 1, timestamp_ms
+        if delta > _MAX_INT32:
+            raise ValueError(f"record {i}: offset delta {delta} does not fit an int32")
+        last_delta = delta
+        entries.append((delta, ts, key, value, hdrs or ()))
+    if not entries:
+        raise ValueError("a record batch needs at least one record")
+
+    base_timestamp = entries[0][1]
+    max_timestamp = max(e[1] for e in entries)
+    body = bytearray()
+    for delta, ts, key, value, hdrs in entries:
+        ts_delta = ts - base_timestamp
+        if not _MIN_INT64 <= ts_delta <= _MAX_INT64:
+            raise ValueError(f"timestamp {ts} is too far from the base timestamp {base_timestamp}")
+        rec = bytearray(b"\x00")  # record attributes
+        rec += _varint(ts_delta)
+        rec += _varint(delta)
+        _put_bytes(rec, key)
+        _put_bytes(rec, value)
+        rec += _varint(len(hdrs))
+        for hkey, hvalue in hdrs:
+            if hkey is None:
+                raise ValueError("header keys may not be null")
+            _put_bytes(rec, hkey.encode("utf-8", _KEY_ERRORS) if isinstance(hkey, str) else hkey)
+            _put_bytes(rec, hvalue)
+        body += _varint(len(rec))
+        body += rec
+
+    section = compression.compress(codec, body) if codec != compression.NONE else body
+    batch = bytearray(HEADER_SIZE)
+    batch += section
+    attrs = (attributes & ~COMPRESSION_MASK) | codec
+    HEADER.pack_into(batch, 0, base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, 2, 0, attrs,
+                     last_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+                     len(entries))
+    crc = compute_crc(batch, 0, len(batch))
+    batch[17:21] = crc.to_bytes(4, "big")
+    return bytes(batch)
+
+
+def _put_bytes(out: bytearray, data) -> None:
+    if data is None:
+        out += b"\x01"  # length -1 means null; zigzag(-1) == 1
+        return
+    out += _varint(len(data))
+    out += data
+
+
+def _varint(v: int) -> bytes:
+    """Zigzag varint/varlong encoding of a signed 64-bit value."""
+    u = (v << 1) ^ (v >> 63)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)

@@ -1,0 +1,121 @@
+"""Hand-written wire primitives for the hot paths (request header, Produce request, Fetch response).
+
+kio's generic encoder costs ~100 µs for a 10-partition FetchResponse; struct-based code costs ~7 µs, and lets record
+bytes travel as memoryview slices of the log with no copy.
+"""
+from __future__ import annotations
+
+import struct
+
+I8 = struct.Struct(">b")
+I16 = struct.Struct(">h")
+I32 = struct.Struct(">i")
+I64 = struct.Struct(">q")
+U32 = struct.Struct(">I")
+HEADER_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+
+
+class MalformedRequest(Exception):
+    """The bytes do not form a valid request; the connection is closed with a log line."""
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    n = len(buf)
+    while True:
+        if pos >= n:
+            raise MalformedRequest("truncated varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 35:
+            raise MalformedRequest("varint longer than 5 bytes")
+
+
+def uvarint(v: int) -> bytes:
+    if v < 0x80:
+        return bytes((v,))
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def skip_tagged_fields(buf, pos: int) -> int:
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise MalformedRequest("tagged field overruns the frame")
+    return pos
+
+
+def read_i16(buf, pos: int) -> tuple[int, int]:
+    if pos + 2 > len(buf):
+        raise MalformedRequest("truncated int16")
+    return I16.unpack_from(buf, pos)[0], pos + 2
+
+
+def read_i32(buf, pos: int) -> tuple[int, int]:
+    if pos + 4 > len(buf):
+        raise MalformedRequest("truncated int32")
+    return I32.unpack_from(buf, pos)[0], pos + 4
+
+
+def read_string(buf, pos: int, flexible: bool) -> tuple[str | None, int]:
+    if flexible:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
+    else:
+        n, pos = read_i16(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise MalformedRequest("string overruns the frame")
+    try:
+        return bytes(buf[pos:pos + n]).decode("utf-8"), pos + n
+    except UnicodeDecodeError:
+        raise MalformedRequest("string is not UTF-8") from None
+
+
+def read_bytes_view(buf, pos: int, flexible: bool) -> tuple[memoryview | None, int]:
+    """A nullable bytes/records field as a zero-copy view of `buf`."""
+    if flexible:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
+    else:
+        n, pos = read_i32(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise MalformedRequest("bytes field overruns the frame")
+    return memoryview(buf)[pos:pos + n], pos + n
+
+
+def read_array_len(buf, pos: int, flexible: bool) -> tuple[int, int]:
+    if flexible:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
+    else:
+        n, pos = read_i32(buf, pos)
+    if n > len(buf) - pos:  # each element takes at least one byte
+        raise MalformedRequest(f"array length {n} exceeds the frame")
+    return n, pos
+
+
+def string(s: str | None, flexible: bool) -> bytes:
+    if s is None:
+        return b"\x00" if flexible else b"\xff\xff"
+    b = s.encode()
+    return (uvarint(len(b) + 1) if flexible else I16.pack(len(b))) + b
+
+
+def array_len(n: int, flexible: bool) -> bytes:
+    return uvarint(n + 1) if flexible else I32.pack(n)
