@@ -20,14 +20,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "delete.topic.enable": "true",
     "socket.request.max.bytes": str(100 * 1024 * 1024),
     "log.retention.check.interval.ms": "300000",
-    "log.flush.scheduler.interval.ms": str(2**63 - 1),
-    "log.flush.offset.checkpoint.interval.ms": "60000",
-    "connections.max.idle.ms": "600000",
-    "producer.id.expiration.ms": "86400000",
     "max.incremental.fetch.session.cache.slots": "1000",
     "cluster.id": "",
-    "remote.log.storage.manager.store.url": "",
-    "metrics.port": "-1",
 }
 
 _HOURS = 3_600_000

@@ -1,0 +1,69 @@
+import io
+import uuid
+
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.serial import entity_reader, entity_writer
+
+from broker.fetch_session import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FetchSessionCache
+from protocol import kio_codec
+from protocol.tagged_fields import write_uvarint
+from protocol.wire import MalformedRequest, read_uvarint, uvarint
+
+
+def _encode(entity) -> bytes:
+    out = io.BytesIO()
+    entity_writer(type(entity))(out, entity)
+    return out.getvalue()
+
+
+def test_unknown_tagged_field_in_body_is_skipped():
+    raw = _encode(ApiVersionsRequest(client_software_name="c", client_software_version="1"))
+    with_tag = raw[:-1] + bytes([1, 7, 3]) + b"xyz"   # one unknown tag (7) of 3 bytes
+    decoded = kio_codec.decode_request(18, 3, with_tag, 0)
+    assert decoded.client_software_name == "c" and decoded.client_software_version == "1"
+
+
+def test_unknown_tagged_field_in_nested_struct_is_skipped():
+    req = MetadataRequest(topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name="abc"),),
+                          allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    raw = _encode(req)
+    # The nested topic ends with its tagged-field count (0) right before allow_auto_topic_creation.
+    idx = raw.index(b"abc") + 3
+    assert raw[idx] == 0
+    patched = raw[:idx] + bytes([1, 5, 1]) + b"!" + raw[idx + 1:]
+    decoded = kio_codec.decode_request(3, 12, patched, 0)
+    assert decoded.topics[0].name == "abc" and decoded.allow_auto_topic_creation is True
+
+
+def test_to_entity_fits_one_dict_to_every_version():
+    body = {"throttle_time": 0, "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],
+            "cluster_id": "c", "controller_id": 1, "topics": [], "cluster_authorized_operations": 0}
+    for v in (0, 1, 5, 9, 12):
+        raw = kio_codec.encode_response(3, v, body)
+        decoded, n = entity_reader(kio_codec.response_schema(3, v))(raw, 0)
+        assert n == len(raw)
+        assert decoded.brokers[0].host == "h"
+
+
+def test_uvarint_round_trip_and_errors():
+    for v in (0, 1, 127, 128, 300, 2**31 - 1):
+        enc = uvarint(v)
+        assert enc == write_uvarint(v)
+        assert read_uvarint(enc, 0) == (v, len(enc))
+    try:
+        read_uvarint(b"\x80\x80", 0)
+        raise AssertionError("truncated varint accepted")
+    except MalformedRequest:
+        pass
+
+
+def test_fetch_session_cache_epochs_and_eviction():
+    cache = FetchSessionCache(2)
+    a = cache.new_session()
+    b = cache.new_session()
+    assert cache.lookup(a.session_id, 1)[0] is a
+    assert cache.lookup(a.session_id, 5) == (None, INVALID_FETCH_SESSION_EPOCH)
+    c = cache.new_session()                      # evicts the least recently used (b)
+    assert cache.lookup(b.session_id, 1) == (None, FETCH_SESSION_ID_NOT_FOUND)
+    assert cache.lookup(c.session_id, 1)[0] is c
