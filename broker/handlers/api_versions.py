@@ -1,0 +1,25 @@
+"""ApiVersions (key 18): the supported ranges, derived from every handler module's VERSIONS declaration."""
+from __future__ import annotations
+
+from protocol import kio_codec
+from protocol.wire import I16, I32
+
+API_KEY = 18
+VERSIONS = (0, 4)
+DECODABLE = (0, 4)
+UNSUPPORTED_VERSION = 35
+
+
+def handle(broker, req):
+    keys = [{"api_key": k, "min_version": m.VERSIONS[0], "max_version": m.VERSIONS[1]}
+            for k, m in sorted(broker.handlers.items())]
+    return kio_codec.encode_response(API_KEY, req.api_version, {
+        "error_code": 0, "api_keys": keys, "throttle_time": 0,
+        "finalized_features_epoch": -1,
+    })
+
+
+def unsupported_version_reply() -> bytes:
+    """Kafka's fallback for an ApiVersions version it does not know: a v0 body with UNSUPPORTED_VERSION and only
+    ApiVersions' own range, so the client retries with a version it finds there (KIP-511)."""
+    return I16.pack(UNSUPPORTED_VERSION) + I32.pack(1) + I16.pack(API_KEY) + I16.pack(VERSIONS[0]) + I16.pack(VERSIONS[1])

@@ -1,0 +1,44 @@
+"""CreatePartitions (key 37): grow a topic's partition count."""
+from __future__ import annotations
+
+from protocol import kio_codec
+
+API_KEY = 37
+VERSIONS = (0, 3)
+DECODABLE = (0, 3)
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_PARTITIONS = 37
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_REQUEST = 42
+MAX_PARTITIONS = 10_000
+
+
+def handle(broker, req):
+    v = req.api_version
+    body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    names = [t.name for t in body.topics]
+    results = []
+    for t in body.topics:
+        res = {"name": t.name, "error_code": 0, "error_message": None}
+        info = broker.topics.get(t.name)
+        if names.count(t.name) > 1:
+            res.update(error_code=INVALID_REQUEST, error_message="Duplicate topic in request.")
+        elif info is None:
+            res.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"The topic '{t.name}' does not exist.")
+        elif t.count <= info.partitions:
+            res.update(error_code=INVALID_PARTITIONS,
+                       error_message=f"Topic currently has {info.partitions} partitions, which is higher than the "
+                                     f"requested {t.count}." if t.count < info.partitions else
+                                     f"Topic already has {info.partitions} partitions.")
+        elif t.count > MAX_PARTITIONS:
+            res.update(error_code=INVALID_PARTITIONS, error_message=f"Partition count {t.count} exceeds {MAX_PARTITIONS}")
+        elif t.assignments is not None and (len(t.assignments) != t.count - info.partitions or any(
+                any(b != broker.node_id for b in a.broker_ids) for a in t.assignments)):
+            res.update(error_code=INVALID_REPLICA_ASSIGNMENT, error_message="Invalid replica assignment")
+        elif not body.validate_only:
+            old = info.partitions
+            broker.topics.set_partitions(t.name, t.count)
+            broker.replicas.add_partitions(info, old)
+        results.append(res)
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "results": results})

@@ -1,0 +1,39 @@
+"""CreateTopics (key 19)."""
+from __future__ import annotations
+
+from broker.topic_admin import AdminError, check_create, create_topic
+from broker.handlers.describe_configs import topic_config_entries
+from protocol import kio_codec
+
+API_KEY = 19
+VERSIONS = (2, 7)
+DECODABLE = (2, 7)
+
+
+def handle(broker, req):
+    v = req.api_version
+    body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    results = []
+    seen: dict[str, int] = {}
+    for t in body.topics:
+        seen[t.name] = seen.get(t.name, 0) + 1
+    for t in body.topics:
+        res = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
+               "num_partitions": -1, "replication_factor": -1, "configs": None}
+        try:
+            if seen[t.name] > 1:
+                raise AdminError(42, f"Create topics request from client contains duplicate topic {t.name}")
+            n, cfg = check_create(broker, t.name, t.num_partitions, t.replication_factor,
+                                  [a.broker_ids for a in t.assignments], {c.name: c.value for c in t.configs})
+            if not body.validate_only:
+                info = create_topic(broker, t.name, n, cfg)
+                res["topic_id"] = info.uuid
+            res.update(num_partitions=n, replication_factor=1)
+            if v >= 5:
+                res["configs"] = [{"name": e["name"], "value": e["value"], "read_only": False,
+                                   "config_source": e["config_source"], "is_sensitive": False}
+                                  for e in topic_config_entries(broker, cfg)]
+        except AdminError as e:
+            res.update(error_code=e.code, error_message=str(e))
+        results.append(res)
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "topics": results})

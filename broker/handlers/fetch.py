@@ -1,0 +1,217 @@
+"""Fetch (key 1): long-polling reads with fetch sessions; the response is hand-encoded and carries log bytes as
+memoryview slices of the segment mmaps (no copy until the socket write).
+
+Advertised from v0 for librdkafka 2.0.2's feature detection (see produce.py); kio decodes v4+, older versions close
+the connection with a log line. v13+ addresses topics by id.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from broker.fetch_session import FetchSession, SessionPartition
+from protocol import kio_codec
+from protocol.wire import I16, I32, I64, array_len, string
+from storage.log import OffsetOutOfRangeError
+
+API_KEY = 1
+VERSIONS = (0, 16)
+DECODABLE = (4, 16)
+
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+KAFKA_STORAGE_ERROR = 56
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+UNKNOWN_TOPIC_ID = 100
+
+_NULL_UUID = b"\x00" * 16
+
+
+class _Wanted:
+    """One partition a fetch asks for: key is (topic name or topic id, partition)."""
+    __slots__ = ("key", "topic", "index", "fetch_offset", "max_bytes", "leader_epoch", "sp", "part", "error")
+
+    def __init__(self, key, topic, index, fetch_offset, max_bytes, leader_epoch, sp=None):
+        self.key, self.topic, self.index = key, topic, index
+        self.fetch_offset, self.max_bytes, self.leader_epoch = fetch_offset, max_bytes, leader_epoch
+        self.sp: SessionPartition | None = sp
+        self.part = None
+        self.error = 0
+
+
+def handle(broker, req):
+    version = req.api_version
+    body = kio_codec.decode_request(API_KEY, version, req.readonly(), req.body_offset)
+    by_id = version >= 13
+    sessions = broker.fetch_sessions
+    session_id = getattr(body, "session_id", 0)
+    epoch = getattr(body, "session_epoch", -1)
+    session: FetchSession | None = None
+    incremental = False
+
+    if epoch > 0:
+        session, err = sessions.lookup(session_id, epoch)
+        if session is None:
+            return _encode(version, err, 0, [])
+        incremental = True
+        session.epoch = epoch + 1 if epoch < 2**31 - 1 else 1
+    else:
+        if session_id:
+            sessions.remove(session_id)
+        if epoch == 0:
+            session = sessions.new_session()
+
+    wanted: list[_Wanted] = []
+    if session is not None:
+        for t in body.topics:
+            tkey = t.topic_id if by_id else t.topic
+            for p in t.partitions:
+                key = (tkey, p.partition)
+                sp = session.partitions.get(key)
+                if sp is None:
+                    sp = session.partitions[key] = SessionPartition(p.fetch_offset, p.partition_max_bytes,
+                                                                    getattr(p, "log_start_offset", -1))
+                else:
+                    sp.fetch_offset, sp.max_bytes = p.fetch_offset, p.partition_max_bytes
+        for ft in getattr(body, "forgotten_topics_data", ()):
+            tkey = ft.topic_id if by_id else ft.topic
+            for p in ft.partitions:
+                session.partitions.pop((tkey, p), None)
+        epochs = {(t.topic_id if by_id else t.topic, p.partition): getattr(p, "current_leader_epoch", -1)
+                  for t in body.topics for p in t.partitions}
+        for key, sp in session.partitions.items():
+            wanted.append(_Wanted(key, key[0], key[1], sp.fetch_offset, sp.max_bytes, epochs.get(key, -1), sp))
+    else:
+        for t in body.topics:
+            tkey = t.topic_id if by_id else t.topic
+            for p in t.partitions:
+                wanted.append(_Wanted((tkey, p.partition), tkey, p.partition, p.fetch_offset,
+                                      p.partition_max_bytes, getattr(p, "current_leader_epoch", -1)))
+
+    _resolve(broker, wanted, by_id)
+    max_wait = body.max_wait.total_seconds()
+    min_bytes = body.min_bytes
+    max_bytes = body.max_bytes if version >= 3 else 2**31 - 1
+    read_committed = getattr(body, "isolation_level", 0) == 1
+    sid = session.session_id if session is not None else 0
+
+    results, total = _read_all(wanted, max_bytes)
+    if max_wait <= 0 or total >= min_bytes or any(w.error for w in wanted) or not wanted:
+        return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
+    return _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
+                             max_wait, min_bytes, max_bytes)
+
+
+async def _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
+                            max_wait, min_bytes, max_bytes):
+    deadline = time.monotonic() + max_wait
+    parts = [w.part for w in wanted if w.part is not None]
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        await broker.replicas.wait_for_data(parts, remaining)
+        _resolve(broker, wanted, by_id)  # a topic may have been deleted meanwhile
+        results, total = _read_all(wanted, max_bytes)
+        if total >= min_bytes or any(w.error for w in wanted):
+            break
+    return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
+
+
+def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
+    cache: dict = {}
+    for w in wanted:
+        tkey = w.key[0]
+        if tkey not in cache:
+            info = broker.topics.by_id(tkey) if by_id else broker.topics.get(tkey)
+            cache[tkey] = info.name if info is not None else None
+        name = cache[tkey]
+        w.part = broker.replicas.get(name, w.index) if name is not None else None
+        if w.part is None:
+            w.error = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
+        elif w.leader_epoch >= 0 and w.leader_epoch != w.part.leader_epoch:
+            w.error = FENCED_LEADER_EPOCH if w.leader_epoch < w.part.leader_epoch else UNKNOWN_LEADER_EPOCH
+        else:
+            w.error = 0
+
+
+def _read_all(wanted: list[_Wanted], max_bytes: int):
+    results = []
+    total = 0
+    for w in wanted:
+        views = ()
+        if not w.error:
+            budget = min(w.max_bytes, max_bytes - total)
+            if budget > 0 or total == 0:
+                plog = w.part.log
+                try:
+                    views = plog.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0),
+                                      max_offset=plog.high_watermark)
+                except OffsetOutOfRangeError:
+                    w.error = OFFSET_OUT_OF_RANGE
+                except OSError:
+                    w.error = KAFKA_STORAGE_ERROR
+        size = sum(len(v) for v in views)
+        total += size
+        results.append((views, size))
+    return results, total
+
+
+def _finish(version, sid, wanted, results, incremental, read_committed, by_id):
+    topics: list[tuple[object, list]] = []
+    index: dict = {}
+    for w, (views, size) in zip(wanted, results):
+        plog = w.part.log if w.part is not None else None
+        hw = plog.high_watermark if plog is not None else -1
+        lso = hw
+        log_start = plog.log_start_offset if plog is not None else -1
+        if incremental:
+            sp = w.sp
+            changed = (size > 0 or w.error or sp.last_hw != hw or sp.last_lso != lso or sp.last_log_start != log_start)
+            if not changed:
+                continue
+        if w.sp is not None:
+            w.sp.last_hw, w.sp.last_lso, w.sp.last_log_start = hw, lso, log_start
+        tkey = w.key[0]
+        if tkey not in index:
+            index[tkey] = len(topics)
+            topics.append((tkey, []))
+        topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, views, size))
+    return _encode(version, 0, sid, topics, read_committed, by_id)
+
+
+def _encode(version: int, error: int, session_id: int, topics, read_committed: bool = False, by_id: bool = False):
+    flexible = version >= 12
+    out = [I32.pack(0)]  # throttle_time_ms
+    if version >= 7:
+        out.append(I16.pack(error) + I32.pack(session_id))
+    out.append(array_len(len(topics), flexible))
+    for tkey, parts in topics:
+        if by_id:
+            out.append(tkey.bytes if isinstance(tkey, uuid.UUID) else _NULL_UUID)
+        else:
+            out.append(string(tkey, flexible))
+        out.append(array_len(len(parts), flexible))
+        for index, err, hw, lso, log_start, views, size in parts:
+            head = I32.pack(index) + I16.pack(err) + I64.pack(hw) + I64.pack(lso)
+            if version >= 5:
+                head += I64.pack(log_start)
+            # aborted_transactions: null for read_uncommitted, empty for read_committed (no transactions yet)
+            if flexible:
+                head += b"\x01" if read_committed else b"\x00"
+            else:
+                head += I32.pack(0 if read_committed else -1)
+            if version >= 11:
+                head += I32.pack(-1)  # preferred_read_replica
+            head += array_len(size, flexible) if flexible else I32.pack(size)
+            out.append(head)
+            out.extend(views)
+            if flexible:
+                out.append(b"\x00")
+        if flexible:
+            out.append(b"\x00")
+    if flexible:
+        out.append(b"\x00")
+    return out

@@ -1,0 +1,123 @@
+"""Produce (key 0), hand-parsed so record bytes stay a writable view of the request frame until they reach the log.
+
+Advertised from v0 because librdkafka 2.0.2 (Debian's kcat) disables compression when Produce's minimum is above 2;
+clients pick the highest version, and v0-2 (magic 0/1 message sets) get UNSUPPORTED_FOR_MESSAGE_FORMAT.
+"""
+from __future__ import annotations
+
+import logging
+
+from protocol.record_batch import InvalidRecordError, split_and_validate
+from protocol.wire import (I16, I32, I64, array_len, read_array_len, read_bytes_view, read_i16, read_i32,
+                           read_string, skip_tagged_fields, string)
+
+API_KEY = 0
+VERSIONS = (0, 11)
+DECODABLE = (0, 11)
+
+NONE = 0
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_ENOUGH_REPLICAS = 19
+INVALID_REQUIRED_ACKS = 21
+INVALID_TXN_STATE = 48
+KAFKA_STORAGE_ERROR = 56
+INVALID_RECORD = 87
+
+log = logging.getLogger("strata.produce")
+
+
+def parse(frame, pos: int, version: int, flexible: bool):
+    """-> (transactional_id, acks, timeout_ms, [(topic, [(partition, records view | None)])])"""
+    txn_id = None
+    if version >= 3:
+        txn_id, pos = read_string(frame, pos, flexible)
+    acks, pos = read_i16(frame, pos)
+    timeout, pos = read_i32(frame, pos)
+    n_topics, pos = read_array_len(frame, pos, flexible)
+    topics = []
+    for _ in range(max(n_topics, 0)):
+        name, pos = read_string(frame, pos, flexible)
+        n_parts, pos = read_array_len(frame, pos, flexible)
+        parts = []
+        for _ in range(max(n_parts, 0)):
+            index, pos = read_i32(frame, pos)
+            records, pos = read_bytes_view(frame, pos, flexible)
+            if flexible:
+                pos = skip_tagged_fields(frame, pos)
+            parts.append((index, records))
+        if flexible:
+            pos = skip_tagged_fields(frame, pos)
+        topics.append((name, parts))
+    return txn_id, acks, timeout, topics
+
+
+def handle(broker, req):
+    version, flexible = req.api_version, req.flexible
+    txn_id, acks, _timeout, topics = parse(req.frame, req.body_offset, version, flexible)
+    replicas = broker.replicas
+    out_topics = []
+    for name, parts in topics:
+        topic = broker.topics.get(name) if name is not None else None
+        out_parts = []
+        for index, records in parts:
+            msg = None
+            base_offset, append_time, log_start = -1, -1, -1
+            part = replicas.get(name, index) if topic is not None else None
+            if acks not in (-1, 0, 1):
+                err = INVALID_REQUIRED_ACKS
+            elif part is None:
+                err = UNKNOWN_TOPIC_OR_PARTITION
+            elif records is None:
+                err, msg = CORRUPT_MESSAGE, "null record set"
+            elif acks == -1 and part.log.config.min_insync_replicas > 1:
+                # One broker means an ISR of one.
+                err = NOT_ENOUGH_REPLICAS
+                msg = f"min.insync.replicas={part.log.config.min_insync_replicas} but the ISR has 1 replica"
+            else:
+                try:
+                    headers = split_and_validate(records, part.log.config.max_message_bytes)
+                    if txn_id is not None or any(h.is_transactional for h in headers):
+                        raise InvalidRecordError(INVALID_TXN_STATE, "transactions are not supported yet")
+                    result = replicas.append(part, records, headers)
+                    err, msg = result.error_code, result.error_message
+                    if err == NONE:
+                        base_offset, append_time = result.base_offset, result.log_append_time
+                    log_start = result.log_start_offset
+                except InvalidRecordError as e:
+                    err, msg = e.error_code, str(e)
+                    log_start = part.log.log_start_offset
+                    log.info("rejected produce to %s-%d from %s: %s", name, index, req.client_id, e)
+                except OSError as e:
+                    log.error("append to %s-%d failed: %s", name, index, e)
+                    err, msg = KAFKA_STORAGE_ERROR, str(e)
+            out_parts.append((index, err, base_offset, append_time, log_start, msg))
+        out_topics.append((name, out_parts))
+    if acks == 0:
+        return None
+    return encode_response(version, flexible, out_topics)
+
+
+def encode_response(version: int, flexible: bool, topics) -> list[bytes]:
+    out = [array_len(len(topics), flexible)]
+    for name, parts in topics:
+        out.append(string(name, flexible))
+        out.append(array_len(len(parts), flexible))
+        for index, err, base_offset, append_time, log_start, msg in parts:
+            out.append(I32.pack(index) + I16.pack(err) + I64.pack(base_offset))
+            if version >= 2:
+                out.append(I64.pack(append_time))
+            if version >= 5:
+                out.append(I64.pack(log_start))
+            if version >= 8:
+                out.append(array_len(0, flexible))                     # record_errors
+                out.append(string(msg if err else None, flexible))   # error_message
+            if flexible:
+                out.append(b"\x00")
+        if flexible:
+            out.append(b"\x00")
+    if version >= 1:
+        out.append(I32.pack(0))  # throttle_time_ms
+    if flexible:
+        out.append(b"\x00")
+    return out

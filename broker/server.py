@@ -1,0 +1,210 @@
+"""The protocol server: asyncio (uvloop) connections, 4-byte framing, request headers, in-order pipelined replies."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import socket
+from collections import deque
+
+from broker.fetch_session import FetchSessionCache
+from broker.handlers import Request, api_versions, load_handlers
+from broker.replica_manager import ReplicaManager
+from metadata.topic_store import TopicStore
+from protocol import kio_codec
+from protocol.wire import HEADER_FIXED, I32, MalformedRequest, read_i16, skip_tagged_fields
+
+log = logging.getLogger("strata.server")
+
+MAX_IN_FLIGHT = 128  # per connection; reading pauses beyond this so one client cannot queue unbounded work
+
+
+@functools.cache
+def _flexible(api_key: int, version: int) -> bool:
+    try:
+        return kio_codec.is_flexible(api_key, version)
+    except Exception:
+        return False  # versions kio has no schema for (e.g. Produce v0-2) predate flexible encoding
+
+
+class Broker:
+    """Everything a handler needs: config, topics, partitions, fetch sessions."""
+
+    def __init__(self, config):
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = config.cluster_id()
+        self.handlers = load_handlers()
+        self.topics = TopicStore(config.log_dir)
+        self.replicas = ReplicaManager(config, self.topics)
+        self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
+        self.max_request_size = config.get_int("socket.request.max.bytes")
+        self.connections: set[KafkaConnection] = set()
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        self.replicas.startup()
+        self.replicas.start_background()
+        host, port = self.config.listener
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
+                                                backlog=1024)
+        log.info("Strata broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.transport.close()
+        self.replicas.shutdown()
+
+
+class KafkaConnection(asyncio.Protocol):
+    __slots__ = ("broker", "transport", "buf", "queue", "peer", "paused", "closed")
+
+    def __init__(self, broker: Broker):
+        self.broker = broker
+        self.buf = bytearray()
+        self.queue: deque[list] = deque()   # [done, header, body] in request order
+        self.paused = False
+        self.closed = False
+        self.peer = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.broker.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.broker.connections.discard(self)
+
+    def pause_writing(self) -> None:
+        self._pause()
+
+    def resume_writing(self) -> None:
+        self._resume()
+
+    def _pause(self) -> None:
+        if not self.paused and not self.closed:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self.paused and not self.closed and len(self.queue) < MAX_IN_FLIGHT:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def close(self, reason: str, *args) -> None:
+        if not self.closed:
+            log.warning("closing connection from %s: " + reason, self.peer, *args)
+            self.closed = True
+            self.transport.close()
+
+    # ---- framing ---------------------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4 and not self.closed:
+            size = I32.unpack_from(buf, pos)[0]
+            if size < 0 or size > self.broker.max_request_size:
+                self.close("frame size %d outside [0, socket.request.max.bytes=%d]", size, self.broker.max_request_size)
+                return
+            end = pos + 4 + size
+            if end > n:
+                break
+            frame = buf[pos + 4:end]
+            pos = end
+            try:
+                self._dispatch(frame)
+            except MalformedRequest as e:
+                self.close("malformed request: %s", e)
+            except Exception:
+                log.exception("request from %s failed", self.peer)
+                self.close("internal error while handling a request")
+        if pos:
+            del buf[:pos]
+
+    # ---- dispatch --------------------------------------------------------------------------------------------
+    def _dispatch(self, frame: bytearray) -> None:
+        if len(frame) < 10:
+            raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a request header")
+        api_key, version, corr = HEADER_FIXED.unpack_from(frame, 0)
+        handler = self.broker.handlers.get(api_key)
+        if handler is None:
+            self.close("unknown api key %d (version %d)", api_key, version)
+            return
+        if api_key == api_versions.API_KEY and version > handler.VERSIONS[1]:
+            self._reply(corr, False, api_versions.unsupported_version_reply())
+            return
+        if not handler.DECODABLE[0] <= version <= handler.DECODABLE[1]:
+            self.close("unsupported version %d of api key %d", version, api_key)
+            return
+        flexible = _flexible(api_key, version)
+        n, pos = read_i16(frame, 8)
+        if n >= 0:
+            if pos + n > len(frame):
+                raise MalformedRequest("client id overruns the frame")
+            client_id = frame[pos:pos + n].decode("utf-8", "replace")
+            pos += n
+        else:
+            client_id = None
+        if flexible:
+            pos = skip_tagged_fields(frame, pos)
+        req = Request(api_key, version, corr, client_id, frame, pos, flexible)
+        result = handler.handle(self.broker, req)
+        # ApiVersions always answers with response header v0 so any client can read it.
+        flex_header = flexible and api_key != api_versions.API_KEY
+        if inspect.isawaitable(result):
+            slot = [False, corr, flex_header, None]
+            self.queue.append(slot)
+            task = asyncio.ensure_future(result)
+            task.add_done_callback(functools.partial(self._completed, slot))
+            if len(self.queue) >= MAX_IN_FLIGHT:
+                self._pause()
+        elif self.queue:
+            self.queue.append([True, corr, flex_header, result])
+        elif result is not None:
+            self._reply(corr, flex_header, result)
+
+    def _completed(self, slot: list, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            if isinstance(exc, MalformedRequest):
+                self.close("malformed request: %s", exc)
+            else:
+                log.error("request from %s failed", self.peer, exc_info=exc)
+                self.close("internal error while handling a request")
+            return
+        slot[0] = True
+        slot[3] = task.result()
+        queue = self.queue
+        while queue and queue[0][0]:
+            _, corr, flex_header, body = queue.popleft()
+            if body is not None:
+                self._reply(corr, flex_header, body)
+        self._resume()
+
+    def _reply(self, corr: int, flex_header: bool, body) -> None:
+        if self.closed:
+            return
+        if isinstance(body, (bytes, bytearray, memoryview)):
+            chunks = [body]
+            size = len(body)
+        else:
+            chunks = body
+            size = sum(len(c) for c in chunks)
+        hdr_len = 5 if flex_header else 4
+        head = I32.pack(size + hdr_len) + I32.pack(corr) + (b"\x00" if flex_header else b"")
+        self.transport.writelines([head, *chunks])

@@ -1,0 +1,96 @@
+"""Topic creation, validation and config resolution shared by CreateTopics, Metadata auto-creation, CreatePartitions,
+DescribeConfigs and IncrementalAlterConfigs. Error codes and messages follow Kafka's."""
+from __future__ import annotations
+
+import logging
+
+from metadata.topic_store import TopicInfo, topic_name_error
+from storage.log_config import TOPIC_CONFIGS, LogConfig, parse_value
+
+log = logging.getLogger("strata.admin")
+
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_CONFIG = 40
+MAX_PARTITIONS = 10_000  # a guard against a typo creating millions of directories
+
+
+class AdminError(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    out = {}
+    for name, value in configs.items():
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise AdminError(INVALID_CONFIG, f"Unknown topic config name: {name}")
+        if value is None:
+            raise AdminError(INVALID_CONFIG, f"Null value not supported for topic configs: {name}")
+        try:
+            out[name] = str(parse_value(d, value)).lower() if d.kind is bool else str(parse_value(d, value))
+        except ValueError as e:
+            raise AdminError(INVALID_CONFIG, str(e)) from None
+    return out
+
+
+def check_create(broker, name: str, num_partitions: int, replication_factor: int,
+                 assignments=(), configs: dict | None = None) -> tuple[int, dict[str, str]]:
+    """Validate a topic creation; returns (partition count, normalized configs) or raises AdminError."""
+    reason = topic_name_error(name)
+    if reason:
+        raise AdminError(INVALID_TOPIC_EXCEPTION, reason)
+    if broker.topics.get(name) is not None:
+        raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    if assignments:
+        if num_partitions != -1 or replication_factor != -1:
+            raise AdminError(INVALID_REQUEST_CODE, "Both numPartitions or replicationFactor and replicasAssignments "
+                                                   "were set. Both cannot be used at the same time.")
+        for a in assignments:
+            if any(b != broker.node_id for b in a):
+                raise AdminError(INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) in replica assignment: {list(a)}")
+        num_partitions = len(assignments)
+    if num_partitions == -1:
+        num_partitions = broker.config.get_int("num.partitions")
+    if replication_factor == -1:
+        replication_factor = broker.config.get_int("default.replication.factor")
+    if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
+        raise AdminError(INVALID_PARTITIONS, f"Number of partitions was set to an invalid non-positive value."
+                         if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds {MAX_PARTITIONS}")
+    if replication_factor <= 0:
+        raise AdminError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+    if replication_factor > 1:
+        raise AdminError(INVALID_REPLICATION_FACTOR,
+                         f"Unable to replicate the partition {replication_factor} time(s): The target replication "
+                         f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
+    normalized = validate_configs(configs or {})
+    broker.config.log_config(normalized)  # full resolution must succeed too
+    return num_partitions, normalized
+
+
+INVALID_REQUEST_CODE = 42
+
+
+def create_topic(broker, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
+    info = broker.topics.create(name, num_partitions, configs)
+    broker.replicas.add_partitions(info, 0)
+    log.info("created topic %s with %d partition(s) %s", name, num_partitions, configs or "")
+    return info
+
+
+def auto_create(broker, name: str) -> tuple[int, TopicInfo | None]:
+    """Metadata-triggered creation (auto.create.topics.enable) with num.partitions."""
+    try:
+        n, cfg = check_create(broker, name, -1, -1)
+    except AdminError as e:
+        return e.code, None
+    return 0, create_topic(broker, name, n, cfg)
+
+
+def effective_log_config(broker, info: TopicInfo) -> LogConfig:
+    return broker.config.log_config(info.configs)

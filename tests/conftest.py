@@ -1,0 +1,120 @@
+"""Shared fixtures: real `strata broker` processes on free loopback ports, each with its own data directory."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    """A broker subprocess. `restart()` keeps the data dir; `kill9()` simulates a crash."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None):
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.overrides = {"node.id": "1", "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                          "log.dirs": str(data_dir / "logs"), "num.partitions": "1",
+                          **(overrides or {})}
+        self.proc: subprocess.Popen | None = None
+        self.log_path = data_dir / "broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> "BrokerProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "broker.cli", "broker"]
+        for k, v in self.overrides.items():
+            args += ["--override", f"{k}={v}"]
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.log_text()[-3000:]}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 20) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        rc = self.proc.returncode
+        self.proc = None
+        self._log.close()
+        return rc
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        self._log.close()
+
+    def restart(self) -> "BrokerProcess":
+        self.stop()
+        return self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    """One broker shared by a whole test session (fast); tests use unique topic names."""
+    b = BrokerProcess(tmp_path_factory.mktemp("shared-broker")).start()
+    yield b
+    rc = b.stop()
+    assert rc == 0, f"shared broker exited with {rc}:\n{b.log_text()[-3000:]}"
+    assert "Traceback" not in b.log_text(), b.log_text()[-5000:]
+
+
+@pytest.fixture
+def make_broker(tmp_path):
+    """Factory for private brokers (restarts, kill -9, special configs)."""
+    made: list[BrokerProcess] = []
+
+    def factory(overrides: dict[str, str] | None = None, name: str = "b") -> BrokerProcess:
+        b = BrokerProcess(tmp_path / f"{name}{len(made)}", overrides).start()
+        made.append(b)
+        return b
+
+    yield factory
+    for b in made:
+        b.stop()
+
+
+@pytest.fixture
+def topic_name(request) -> str:
+    """A unique, legal topic name per test."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:80].strip("-")
+    return f"t-{base}-{time.monotonic_ns() % 10**9}"
