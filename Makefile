@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 CONFIG ?= deploy/server.properties
 
-.PHONY: run test test-fast bench clean
+.PHONY: run test test-fast bench clean kcat
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

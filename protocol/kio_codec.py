@@ -18,7 +18,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import (EntityField, EntityTupleField, classify_field, get_field_tag,
                                     get_schema_field_type, is_optional)
 
-from protocol.tagged_fields import strip_unknown_tags
+from protocol.tagged_fields import check_structure, strip_unknown_tags
+from protocol.wire import MalformedRequest
 
 
 @functools.cache
@@ -45,14 +46,19 @@ def is_flexible(api_key: int, version: int) -> bool:
     return bool(request_schema(api_key, version).__flexible__)
 
 
-def decode_request(api_key: int, version: int, buf: bytes, offset: int):
-    """Decode a request body. kio raises KeyError on unknown tagged fields; Kafka says skip them, so strip and retry."""
+def decode_request(api_key: int, version: int, buf, offset: int):
+    """Decode a request body; any malformed input raises MalformedRequest (the connection is closed with a log line).
+
+    The structure walk runs first because kio's native reader aborts the process on absurd array lengths; it also
+    finds unknown tagged fields, which kio rejects with KeyError but Kafka says to skip.
+    """
     schema = request_schema(api_key, version)
     try:
+        if check_structure(schema, buf, offset):
+            buf, offset = strip_unknown_tags(schema, buf, offset), 0
         entity, _ = _reader(schema)(buf, offset)
-    except KeyError:
-        cleaned = strip_unknown_tags(schema, buf, offset)
-        entity, _ = _reader(schema)(cleaned, 0)
+    except Exception as e:  # kio raises several unrelated types (BufferUnderflow, InvalidUnicode, ValueError, ...)
+        raise MalformedRequest(f"cannot decode {schema.__name__} v{version}: {type(e).__name__}: {e}") from None
     return entity
 
 

@@ -1,12 +1,15 @@
-"""Remove unknown tagged fields from a flexible message so kio (which raises KeyError on them) can decode it.
+"""A schema-driven walk over a request body: bounds checks before kio sees it, and removal of unknown tagged fields.
 
-Kafka's rule is that a receiver skips tagged fields it does not know. This walks the bytes with the kio schema and
-copies everything except unknown tags. It runs only after kio rejected a message, so it favours clarity over speed.
+kio's native reader allocates an array's capacity from the declared length before reading it, so a 5-byte varint
+claiming billions of elements aborts the whole process. `check_structure` walks the bytes against the kio schema
+first and rejects any length that cannot fit in the frame. It also reports unknown tagged fields, which kio raises
+KeyError on although Kafka says a receiver skips them; `strip_unknown_tags` copies the message without them.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import fields
+from functools import cache
 
 from kio.serial._introspect import (EntityField, EntityTupleField, classify_field, get_field_tag,
                                     get_schema_field_type)
@@ -15,20 +18,31 @@ _FIXED = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2
           "float64": 8, "uuid": 16, "bool": 1, "error_code": 2, "timedelta_i32": 4, "timedelta_i64": 8,
           "datetime_i64": 8}
 
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+# Field plan kinds
+_PRIM, _PRIM_ARRAY, _ENTITY, _ENTITY_ARRAY, _NULLABLE_ENTITY = range(5)
+
+
+class StructureError(ValueError):
+    """The bytes do not match the schema (a length runs past the end, a varint is too long, ...)."""
+
 
 def read_uvarint(buf, pos: int) -> tuple[int, int]:
     shift = value = 0
+    n = len(buf)
     while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
+        if pos >= n:
+            raise StructureError("truncated varint")
         b = buf[pos]
         pos += 1
         value |= (b & 0x7F) << shift
         if not b & 0x80:
             return value, pos
         shift += 7
-        if shift > 35:
-            raise ValueError("varint too long")
+        if shift > 28:
+            raise StructureError("varint longer than 5 bytes")
 
 
 def write_uvarint(v: int) -> bytes:
@@ -40,85 +54,125 @@ def write_uvarint(v: int) -> bytes:
     return bytes(out)
 
 
+@cache
+def _plan(schema, is_header: bool):
+    """Per schema: the untagged fields in order (kind, kafka type, nested schema, legacy-string flag) and the known tags."""
+    flexible = bool(schema.__flexible__)
+    items, tags = [], {}
+    for f in fields(schema):
+        tag = get_field_tag(f)
+        if tag is not None:
+            tags[int(tag)] = f
+            continue
+        cls = classify_field(f)
+        if isinstance(cls, EntityTupleField):
+            items.append((_ENTITY_ARRAY, None, cls.type_, False))
+        elif isinstance(cls, EntityField):
+            items.append((_NULLABLE_ENTITY if f.default is None else _ENTITY, None, cls.type_, False))
+        else:
+            kind = get_schema_field_type(f)
+            legacy = is_header and f.name == "client_id"
+            items.append((_PRIM_ARRAY if cls.is_array else _PRIM, kind, None, legacy))
+    return flexible, tuple(items), frozenset(tags)
+
+
+def check_structure(schema, buf, offset: int) -> bool:
+    """Raise StructureError unless buf[offset:] is a well-formed `schema`; return True if it has unknown tags."""
+    try:
+        _, unknown = _walk(schema, buf, offset, None, False)
+    except (struct.error, IndexError) as e:
+        raise StructureError(f"message ends early: {e}") from None
+    return unknown
+
+
 def strip_unknown_tags(schema, buf, offset: int, *, is_header: bool = False) -> bytes:
     out = bytearray()
-    end = _copy_entity(schema, memoryview(buf), offset, out, is_header)
+    end, _ = _walk(schema, memoryview(buf), offset, out, is_header)
     out += bytes(memoryview(buf)[end:])
     return bytes(out)
 
 
-def _skip_primitive(kind: str, flexible: bool, buf, pos: int, legacy_string: bool = False) -> int:
-    if kind in _FIXED:
-        return pos + _FIXED[kind]
-    if kind in ("string", "bytes", "records"):
-        if flexible and not legacy_string:
-            n, pos = read_uvarint(buf, pos)
-            return pos + max(n - 1, 0)
-        if kind == "string" or legacy_string:
-            (n,) = struct.unpack_from(">h", buf, pos)
-            return pos + 2 + max(n, 0)
-        (n,) = struct.unpack_from(">i", buf, pos)
-        return pos + 4 + max(n, 0)
-    raise ValueError(f"unsupported kafka type {kind}")
+def _length(buf, pos: int, flexible: bool, width_legacy: struct.Struct) -> tuple[int, int]:
+    if flexible:
+        n, pos = read_uvarint(buf, pos)
+        return n - 1, pos
+    (n,) = width_legacy.unpack_from(buf, pos)
+    return n, pos + width_legacy.size
 
 
-def _copy_entity(schema, buf, pos: int, out: bytearray, is_header: bool) -> int:
-    flexible = bool(schema.__flexible__)
-    known_tags = {}
-    for f in fields(schema):
-        tag = get_field_tag(f)
-        if tag is not None:
-            known_tags[int(tag)] = f
+def _skip_primitive(kind: str, flexible: bool, buf, pos: int, legacy_string: bool) -> int:
+    size = _FIXED.get(kind)
+    if size is not None:
+        end = pos + size
+    elif kind in ("string", "bytes", "records"):
+        if legacy_string:
+            n, pos = _length(buf, pos, False, _I16)
+        else:
+            n, pos = _length(buf, pos, flexible, _I16 if kind == "string" else _I32)
+        end = pos + max(n, 0)
+    else:
+        raise StructureError(f"unsupported kafka type {kind}")
+    if end > len(buf):
+        raise StructureError(f"{kind} field runs past the end of the message")
+    return end
+
+
+def _array_count(buf, pos: int, flexible: bool) -> tuple[int, int]:
+    count, pos = _length(buf, pos, flexible, _I32)
+    if count > len(buf) - pos:  # every element takes at least one byte
+        raise StructureError(f"array length {count} exceeds the {len(buf) - pos} bytes left")
+    return count, pos
+
+
+def _walk(schema, buf, pos: int, out: bytearray | None, is_header: bool) -> tuple[int, bool]:
+    flexible, items, known_tags = _plan(schema, is_header)
+    unknown = False
+    for kind, ktype, nested, legacy in items:
+        start = pos
+        if kind == _PRIM:
+            pos = _skip_primitive(ktype, flexible, buf, pos, legacy)
+        elif kind == _PRIM_ARRAY:
+            count, pos = _array_count(buf, pos, flexible)
+            for _ in range(max(count, 0)):
+                pos = _skip_primitive(ktype, flexible, buf, pos, False)
+        elif kind == _ENTITY_ARRAY:
+            count, pos = _array_count(buf, pos, flexible)
+            if out is not None:
+                out += buf[start:pos]
+            for _ in range(max(count, 0)):
+                pos, u = _walk(nested, buf, pos, out, False)
+                unknown |= u
             continue
-        pos = _copy_field(f, flexible, buf, pos, out, is_header)
+        else:
+            if kind == _NULLABLE_ENTITY:
+                marker = buf[pos]
+                pos += 1
+                if out is not None:
+                    out.append(marker)
+                if marker == 0xFF:
+                    continue
+            elif out is not None:
+                pass
+            pos, u = _walk(nested, buf, pos, out, False)
+            unknown |= u
+            continue
+        if out is not None:
+            out += buf[start:pos]
     if flexible:
         count, pos = read_uvarint(buf, pos)
         kept = []
         for _ in range(count):
             tag, pos = read_uvarint(buf, pos)
             size, pos = read_uvarint(buf, pos)
+            if pos + size > len(buf):
+                raise StructureError("tagged field runs past the end of the message")
             if tag in known_tags:
                 kept.append(write_uvarint(tag) + write_uvarint(size) + bytes(buf[pos:pos + size]))
+            else:
+                unknown = True
             pos += size
-        out += write_uvarint(len(kept))
-        for k in kept:
-            out += k
-    return pos
-
-
-def _copy_field(f, flexible: bool, buf, pos: int, out: bytearray, is_header: bool) -> int:
-    cls = classify_field(f)
-    if isinstance(cls, EntityTupleField):
-        if flexible:
-            n, p = read_uvarint(buf, pos)
-            count = n - 1
-        else:
-            (count,) = struct.unpack_from(">i", buf, pos)
-            p = pos + 4
-        out += bytes(buf[pos:p])
-        for _ in range(max(count, 0)):
-            p = _copy_entity(cls.type_, buf, p, out, False)
-        return p
-    if isinstance(cls, EntityField):
-        # Nullable structs carry a presence byte (int8: -1 null, 1 present).
-        if f.default is None:
-            marker = buf[pos]
-            out.append(marker)
-            if marker == 0xFF:
-                return pos + 1
-            pos += 1
-        return _copy_entity(cls.type_, buf, pos, out, False)
-    kind = get_schema_field_type(f)
-    if cls.is_array:
-        if flexible:
-            n, p = read_uvarint(buf, pos)
-            count = n - 1
-        else:
-            (count,) = struct.unpack_from(">i", buf, pos)
-            p = pos + 4
-        for _ in range(max(count, 0)):
-            p = _skip_primitive(kind, flexible, buf, p)
-    else:
-        p = _skip_primitive(kind, flexible, buf, pos, legacy_string=is_header and f.name == "client_id")
-    out += bytes(buf[pos:p])
-    return p
+        if out is not None:
+            out += write_uvarint(len(kept))
+            for k in kept:
+                out += k
+    return pos, unknown

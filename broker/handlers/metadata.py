@@ -14,10 +14,12 @@ INVALID_TOPIC_EXCEPTION = 17
 
 
 def _topic_entry(broker, info, error: int = 0):
-    parts = [{"error_code": 0, "partition_index": p, "leader_id": broker.node_id,
-              "leader_epoch": broker.replicas.get(info.name, p).leader_epoch if broker.replicas.get(info.name, p) else 0,
-              "replica_nodes": [broker.node_id], "isr_nodes": [broker.node_id], "offline_replicas": []}
-             for p in range(info.partitions)]
+    parts = []
+    for p in range(info.partitions):
+        part = broker.replicas.get(info.name, p)
+        parts.append({"error_code": 0, "partition_index": p, "leader_id": broker.node_id,
+                      "leader_epoch": part.leader_epoch if part is not None else 0,
+                      "replica_nodes": [broker.node_id], "isr_nodes": [broker.node_id], "offline_replicas": []})
     return {"error_code": error, "name": info.name, "topic_id": info.uuid, "is_internal": info.name.startswith("__"),
             "partitions": parts, "topic_authorized_operations": -2147483648}
 

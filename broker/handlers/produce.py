@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from protocol.record_batch import InvalidRecordError, split_and_validate
-from protocol.wire import (I16, I32, I64, array_len, read_array_len, read_bytes_view, read_i16, read_i32,
+from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, read_array_len, read_bytes_view, read_i16, read_i32,
                            read_string, skip_tagged_fields, string)
 
 API_KEY = 0
@@ -38,6 +38,8 @@ def parse(frame, pos: int, version: int, flexible: bool):
     topics = []
     for _ in range(max(n_topics, 0)):
         name, pos = read_string(frame, pos, flexible)
+        if name is None:
+            raise MalformedRequest("null topic name in Produce")
         n_parts, pos = read_array_len(frame, pos, flexible)
         parts = []
         for _ in range(max(n_parts, 0)):

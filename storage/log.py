@@ -1,0 +1,408 @@
+"""One partition's local log: the local part of Kafka's UnifiedLog (LocalLog + LogLoader).
+
+A directory `<log.dirs>/<topic>-<partition>` holds segments named by their 20-digit base offset
+(`.log`, `.index`, `.timeindex`), producer-state `.snapshot`s, `leader-epoch-checkpoint` and
+`log-start-offset`. Only the last segment is written; older ones were fsynced when rolled, so after a
+crash only the last segment (plus any segment whose index files are damaged) is rescanned. After a clean
+shutdown nothing is scanned beyond the tail of the active segment past its last index entry.
+
+Everything is synchronous and single-threaded (the broker calls it from its event loop).
+"""
+from __future__ import annotations
+
+import bisect
+import shutil
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, set_log_append_time
+from storage.leader_epoch import LeaderEpochFileCache, fsync_dir, write_atomically
+from storage.log_config import LogConfig
+from storage.log_segment import LOG_SUFFIX, LogSegment
+from storage.producer_state import ProducerAppendInfo, ProducerStateManager
+
+LOG_START_OFFSET_FILE = "log-start-offset"
+RECORD_LIST_TOO_LARGE = 18
+_U32 = struct.Struct(">I")
+_STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class OffsetOutOfRangeError(Exception):
+    """A fetch/delete offset outside [log_start_offset, log_end_offset] (Kafka error 1)."""
+    error_code = 1
+
+
+@dataclass
+class AppendResult:
+    base_offset: int          # offset of the first record (for a duplicate: the ORIGINAL base offset)
+    last_offset: int
+    log_append_time: int      # -1 unless message.timestamp.type=LogAppendTime
+    log_start_offset: int
+    error_code: int = 0
+    error_message: str | None = None
+    duplicate: bool = False
+
+
+class Log:
+    """One partition's local log (the local part of Kafka's UnifiedLog)."""
+
+    def __init__(self, dir: Path, config: LogConfig, *, clean_shutdown: bool = False,
+                 time_ms: Callable[[], int] = _wall_ms, producer_id_expiration_ms: int = 86_400_000):
+        self.dir = Path(dir)
+        self.config = config
+        self._time_ms = time_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.leader_epoch_cache = LeaderEpochFileCache(self.dir)
+        except ValueError:
+            (self.dir / "leader-epoch-checkpoint").unlink()
+            self.leader_epoch_cache = LeaderEpochFileCache(self.dir)
+        self.producer_state = ProducerStateManager(self.dir)
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._closed = False
+        self._unflushed_messages = 0
+        self._last_flush_ms = time_ms()
+        self._load(clean_shutdown)
+
+    # ---- loading and recovery ----------------------------------------------------------------------------
+    def _load(self, clean: bool) -> None:
+        now = self._time_ms()
+        for p in list(self.dir.iterdir()):
+            if p.name.endswith(_STRAY_SUFFIXES):
+                p.unlink(missing_ok=True)
+        bases = sorted(int(p.name[:20]) for p in self.dir.glob("*" + LOG_SUFFIX)
+                       if len(p.name) == 20 + len(LOG_SUFFIX) and p.name[:20].isdigit())
+        for p in self.dir.iterdir():     # indexes whose .log is gone (crash mid-delete)
+            if p.suffix in (".index", ".timeindex", ".txnindex") and p.stem.isdigit() and int(p.stem) not in bases:
+                p.unlink(missing_ok=True)
+        ckpt_start = self._read_log_start_offset()
+        interval = self.config.index_interval_bytes
+        isize = self.config.segment_index_bytes
+        segs = [LogSegment(self.dir, b, max_index_size=isize, active=(i == len(bases) - 1),
+                           index_interval_bytes=interval) for i, b in enumerate(bases)]
+        if not segs:
+            segs = [LogSegment.create(self.dir, ckpt_start, isize, interval)]
+        # Sealed segments were fsynced on roll; only damaged index files make us rescan one.
+        i = 0
+        while i < len(segs) - 1:
+            seg = segs[i]
+            if not (seg.offset_index.file_ok() and seg.time_index.file_ok()):
+                if seg.recover():
+                    for later in segs[i + 1:]:
+                        later.delete()
+                    seg.close()
+                    segs = segs[:i] + [LogSegment(self.dir, seg.base_offset, max_index_size=isize, active=True,
+                                                  index_interval_bytes=interval)]
+                    clean = False
+                    break
+            i += 1
+        self._segments = segs
+        self._bases = [s.base_offset for s in segs]
+        active = segs[-1]
+        if not (clean and active.load_clean()):
+            active.recover(self._recovered_batch_epoch)
+        leo = active.next_offset
+        if active.size:
+            ts = active.first_batch_max_timestamp()
+            active.rolling_base_ms = min(ts, now) if ts >= 0 else now
+        self.log_end_offset = self.high_watermark = leo
+        self.leader_epoch_cache.truncate_from_end(leo)
+        start = max(ckpt_start, segs[0].base_offset)
+        if start > leo:
+            self._truncate_fully_and_start_at(start)
+        self.log_start_offset = start
+        self.leader_epoch_cache.truncate_from_start(start)
+        self._load_producer_state(now)
+
+    def _recovered_batch_epoch(self, h: BatchHeader) -> None:
+        """During recovery, re-learn leader epochs from batch headers (as Kafka's LogSegment.recover)."""
+        epoch = h.partition_leader_epoch
+        last = self.leader_epoch_cache.latest_entry()
+        if epoch >= 0 and (last is None or epoch > last.epoch or (epoch == last.epoch and h.base_offset < last.start_offset)):
+            self.leader_epoch_cache.assign(epoch, h.base_offset)
+
+    def _load_producer_state(self, now: int) -> None:
+        """Latest snapshot at or below the log end, then replay the batch headers after it."""
+        snap = self.producer_state.load_latest(self.log_end_offset, now)
+        start = self._segments[0].base_offset if snap is None else snap
+        if start >= self.log_end_offset:
+            return
+        for seg in self._segments[self._segment_index(start):]:
+            found = seg.translate_offset(start)
+            if found is None:
+                continue
+            for _, h in seg.batches(found[0]):
+                if h.base_offset >= start:
+                    self.producer_state.replay(h, now)
+
+    def _read_log_start_offset(self) -> int:
+        try:
+            return max(0, int((self.dir / LOG_START_OFFSET_FILE).read_text().strip()))
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        self.log_start_offset = offset
+        write_atomically(self.dir / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
+        self.leader_epoch_cache.truncate_from_start(offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at `offset` (log start beyond the recovered end)."""
+        for seg in self._segments:
+            seg.delete()
+        self._segments = [self._new_segment(offset)]
+        self._bases = [offset]
+        self.log_end_offset = self.high_watermark = offset
+        self.leader_epoch_cache.clear()
+        self.producer_state.delete_snapshots_after(-1)
+        self.producer_state.producers = {}
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.create(self.dir, base_offset, self.config.segment_index_bytes,
+                                 self.config.index_interval_bytes)
+
+    # ---- accessors ---------------------------------------------------------------------------------------
+    def update_config(self, config: LogConfig) -> None:
+        """Takes effect at the next append/roll (index sizes at the next roll)."""
+        self.config = config
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def producer_snapshot(self):
+        """Producer id -> ProducerStateEntry (for DescribeProducers and tests)."""
+        return self.producer_state.active_producers()
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    # ---- appends -----------------------------------------------------------------------------------------
+    def append_as_leader(self, records, headers: list[BatchHeader], leader_epoch: int) -> AppendResult:
+        """Append validated batches: assign offsets (headers are updated in place too), apply LogAppendTime,
+        check idempotence, roll if needed, write, index, and track producer and leader-epoch state."""
+        now = self._time_ms()
+        cfg = self.config
+        total = sum(h.size for h in headers)
+        if total > cfg.segment_bytes:
+            return AppendResult(-1, -1, -1, self.log_start_offset, RECORD_LIST_TOO_LARGE,
+                                f"batch of {total} bytes exceeds segment.bytes {cfg.segment_bytes}")
+        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
+        pos, offset = 0, self.log_end_offset
+        for h in headers:
+            assign_offset(records, pos, offset, leader_epoch)
+            h.base_offset, h.partition_leader_epoch = offset, leader_epoch
+            if log_append_time:
+                set_log_append_time(records, pos, h.size, now)
+                h.max_timestamp, h.attributes = now, h.attributes | TIMESTAMP_TYPE_BIT
+                h.crc = _U32.unpack_from(records, pos + 17)[0]
+            offset += h.last_offset_delta + 1
+            pos += h.size
+
+        infos: dict[int, ProducerAppendInfo] = {}
+        for h in headers:
+            if h.producer_id < 0:
+                continue
+            dup = self.producer_state.find_duplicate(h)
+            if dup is not None:
+                return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp if log_append_time else -1,
+                                    self.log_start_offset, duplicate=True)
+            info = infos.get(h.producer_id)
+            if info is None:
+                info = infos[h.producer_id] = self.producer_state.prepare(h.producer_id)
+            err = info.validate(h)
+            if err is not None:
+                return AppendResult(-1, -1, -1, self.log_start_offset, err[0], err[1])
+            info.append(h)
+
+        last_offset = offset - 1
+        if self.active_segment.should_roll(cfg, total, len(headers), last_offset, now):
+            self.roll()
+        data = records if len(records) == total else memoryview(records)[:total]
+        self.active_segment.append(data, headers, index_interval_bytes=cfg.index_interval_bytes,
+                                   segment_bytes=cfg.segment_bytes, now_ms=now)
+        first = headers[0].base_offset
+        latest = self.leader_epoch_cache.latest_epoch()
+        if leader_epoch >= 0 and (latest is None or leader_epoch > latest):
+            self.leader_epoch_cache.assign(leader_epoch, first)   # a leader never writes in an older epoch
+        for info in infos.values():
+            self.producer_state.commit(info, now)
+        self.log_end_offset = offset
+        self.high_watermark = offset          # single replica: everything appended is committed
+        self._unflushed_messages += sum(h.records_count for h in headers)
+        if self._unflushed_messages >= cfg.flush_messages:
+            self.flush()
+        return AppendResult(first, last_offset, now if log_append_time else -1, self.log_start_offset)
+
+    def roll(self) -> LogSegment:
+        """Seal the active segment (fsynced) and start a new one at the log end; snapshot producer state."""
+        active = self.active_segment
+        if active.size == 0:
+            return active
+        active.seal()
+        seg = self._new_segment(self.log_end_offset)
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self.producer_state.take_snapshot(self.log_end_offset)
+        fsync_dir(self.dir)
+        return seg
+
+    # ---- reads -------------------------------------------------------------------------------------------
+    def read(self, fetch_offset: int, max_bytes: int, *, min_one_message: bool = True,
+             max_offset: int | None = None) -> list[memoryview]:
+        """Whole batches from the one containing fetch_offset, at most max_bytes (unless min_one_message and
+        the first batch alone is larger), none starting at or beyond max_offset. Zero-copy mmap slices."""
+        leo = self.log_end_offset
+        if fetch_offset < self.log_start_offset or fetch_offset > leo:
+            raise OffsetOutOfRangeError(f"offset {fetch_offset} is outside [{self.log_start_offset}, {leo}] "
+                                        f"of {self.dir.name}")
+        limit = leo if max_offset is None else min(max_offset, leo)
+        out: list[memoryview] = []
+        if fetch_offset >= limit:
+            return out
+        budget, min_one = max_bytes, min_one_message
+        for seg in self._segments[self._segment_index(fetch_offset):]:
+            if seg.base_offset >= limit:
+                break
+            found = seg.translate_offset(fetch_offset)
+            if found is None:
+                continue
+            start, h = found
+            if h.base_offset >= limit:
+                break
+            end = seg.batch_end(start, budget, limit, min_one)
+            if end == start:
+                break
+            out.append(seg.slice(start, end))
+            budget -= end - start
+            min_one = False
+            if end < seg.size or budget <= 0:
+                break
+        return out
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by time: (offset, timestamp) of the first record at/after log start with timestamp >=
+        `timestamp` (time index to skip ahead, then record-level timestamps), or None."""
+        for seg in self._segments:
+            if seg.max_timestamp_so_far < timestamp:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_entry(self) -> tuple[int, int] | None:
+        """ListOffsets -3: (offset, timestamp) of the first record carrying the largest timestamp."""
+        best = -1
+        for seg in self._segments:
+            best = max(best, seg.max_timestamp_so_far)
+        return self.fetch_offset_by_timestamp(best) if best >= 0 else None
+
+    # ---- deletion ----------------------------------------------------------------------------------------
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: raise the log start offset (-1 = high watermark); returns the low watermark."""
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            raise OffsetOutOfRangeError(f"cannot delete records up to {offset}: high watermark is "
+                                        f"{self.high_watermark}")
+        if offset > self.log_start_offset:
+            self._set_log_start_offset(offset)
+            self._delete_segments(self._deletable(self._below_log_start))
+        return self.log_start_offset
+
+    def _below_log_start(self, seg: LogSegment, nxt: LogSegment | None) -> bool:
+        return nxt is not None and nxt.base_offset <= self.log_start_offset
+
+    def delete_old_segments(self) -> int:
+        """Retention (Kafka's deleteOldSegments): segments below the log start, then, for cleanup.policy
+        delete, by retention.ms (largest timestamp) and retention.bytes. Returns how many were deleted."""
+        now = self._time_ms()
+        cfg = self.config
+        n = self._delete_segments(self._deletable(self._below_log_start))
+        if "delete" in cfg.cleanup_policy:
+            if cfg.retention_ms >= 0:
+                n += self._delete_segments(self._deletable(
+                    lambda seg, nxt: now - seg.largest_timestamp > cfg.retention_ms))
+            if cfg.retention_bytes >= 0:
+                excess = self.size_bytes() - cfg.retention_bytes
+
+                def over_size(seg: LogSegment, nxt) -> bool:
+                    nonlocal excess
+                    if excess - seg.size < 0:
+                        return False
+                    excess -= seg.size
+                    return True
+                n += self._delete_segments(self._deletable(over_size))
+        self.producer_state.remove_expired(now, self.producer_id_expiration_ms)
+        return n
+
+    def _deletable(self, predicate) -> list[LogSegment]:
+        """Oldest segments matching `predicate`, stopping at the first that does not; only segments wholly
+        below the high watermark; never the active segment when it is empty."""
+        out = []
+        segs = self._segments
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            if (nxt is None and seg.size == 0) or self.high_watermark < upper or not predicate(seg, nxt):
+                break
+            out.append(seg)
+        return out
+
+    def _delete_segments(self, doomed: list[LogSegment]) -> int:
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self.roll()                       # always keep an active segment: roll a fresh empty one first
+        ids = {id(s) for s in doomed}
+        self._segments = [s for s in self._segments if id(s) not in ids]
+        self._bases = [s.base_offset for s in self._segments]
+        for seg in doomed:
+            seg.delete()
+        if self._segments[0].base_offset > self.log_start_offset:
+            self._set_log_start_offset(self._segments[0].base_offset)
+        return len(doomed)
+
+    # ---- durability and lifecycle ------------------------------------------------------------------------
+    def flush(self) -> None:
+        """fsync the active segment and its indexes (older segments were fsynced when rolled)."""
+        self.active_segment.flush()
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._time_ms()
+
+    def maybe_flush(self) -> None:
+        if self._unflushed_messages and self._time_ms() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    def close(self) -> None:
+        """Seal every segment (active one trimmed to its size and fsynced) and snapshot producer state, so
+        that a reopen with clean_shutdown=True scans nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        for seg in self._segments:
+            seg.close()
+        self.producer_state.take_snapshot(self.log_end_offset)
+
+    def delete(self) -> None:
+        """Remove the whole partition directory (outstanding read slices stay valid)."""
+        self._closed = True
+        for seg in self._segments:
+            seg.release()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,270 @@
+"""Idempotent-producer state of one partition (Kafka's ProducerStateManager / ProducerAppendInfo).
+
+Per producer id we keep the epoch and the metadata of its last 5 batches (the most a producer may have in
+flight), which is enough to recognise a retried batch (duplicate: answer with the original offsets, write
+nothing) and to reject sequence gaps (OUT_OF_ORDER_SEQUENCE_NUMBER) and zombie epochs
+(INVALID_PRODUCER_EPOCH).
+
+Snapshots use Kafka's `.snapshot` file format (version 1: int16 version, uint32 CRC-32C of the rest,
+int32 count, then 46-byte entries), named by the log offset they are valid at. Kafka writes one entry per
+producer (its last batch); we write one entry per cached batch, oldest first, so all 5 batches survive a
+restart. A Kafka reader keeps the last entry per producer id, i.e. exactly what Kafka itself would have
+written. State after a snapshot is rebuilt by replaying batch headers from the log.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+
+from protocol.record_batch import BatchHeader
+from storage.leader_epoch import write_atomically
+
+SNAPSHOT_SUFFIX = ".snapshot"
+NUM_BATCHES_TO_RETAIN = 5
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+
+_SNAPSHOT_VERSION = 1
+_HEAD = struct.Struct(">hI")       # version, crc
+_COUNT = struct.Struct(">i")
+# producerId, epoch, lastSequence, lastOffset, offsetDelta, timestamp, coordinatorEpoch, currentTxnFirstOffset
+_ENTRY = struct.Struct(">qhiqiqiq")
+_SEQ_MOD = 2**31
+
+
+def snapshot_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+class CorruptSnapshotError(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+    @property
+    def offset_delta(self) -> int:
+        return self.last_offset - self.first_offset
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = -1
+    last_update_ms: int = 0          # wall clock of the last append (for producer.id.expiration.ms)
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def last_timestamp(self) -> int:
+        return self.batches[-1].timestamp if self.batches else -1
+
+    def find_duplicate(self, h: BatchHeader) -> BatchMetadata | None:
+        if h.producer_epoch != self.producer_epoch:
+            return None
+        last_seq = h.last_sequence
+        for b in self.batches:
+            if b.first_seq == h.base_sequence and b.last_seq == last_seq:
+                return b
+        return None
+
+    def add_batch(self, epoch: int, meta: BatchMetadata) -> None:
+        if epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
+        self.batches.append(meta)
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _SEQ_MOD - 1)
+
+
+class ProducerAppendInfo:
+    """Validates the batches of one producer within one append against its current state, staging the
+    updates so nothing changes unless the append is written (Kafka's ProducerAppendInfo, client origin)."""
+
+    def __init__(self, producer_id: int, current: ProducerStateEntry | None):
+        self.producer_id = producer_id
+        self.current = current
+        self.epoch = current.producer_epoch if current else NO_PRODUCER_EPOCH
+        self.staged: list[BatchMetadata] = []
+
+    def validate(self, h: BatchHeader) -> tuple[int, str] | None:
+        """(error_code, message) if the batch must be rejected."""
+        cur_epoch = self.current.producer_epoch if self.current else NO_PRODUCER_EPOCH
+        if h.producer_epoch < self.epoch:
+            return INVALID_PRODUCER_EPOCH, (f"producer {self.producer_id} epoch {h.producer_epoch} is older than "
+                                            f"the current epoch {self.epoch}")
+        if h.producer_epoch != self.epoch:
+            if h.base_sequence != 0 and self.epoch != NO_PRODUCER_EPOCH:
+                return OUT_OF_ORDER_SEQUENCE_NUMBER, (f"producer {self.producer_id} bumped its epoch to "
+                                                      f"{h.producer_epoch} with sequence {h.base_sequence}, not 0")
+            return None
+        if self.staged:
+            last_seq = self.staged[-1].last_seq
+        elif self.current is not None and self.current.producer_epoch == h.producer_epoch:
+            last_seq = self.current.last_seq
+        else:
+            last_seq = NO_SEQUENCE
+        # With no known epoch (state expired or never seen) any sequence is accepted, as Kafka does.
+        if cur_epoch != NO_PRODUCER_EPOCH and not in_sequence(last_seq, h.base_sequence):
+            return OUT_OF_ORDER_SEQUENCE_NUMBER, (f"out of order sequence for producer {self.producer_id} epoch "
+                                                  f"{h.producer_epoch}: got {h.base_sequence}, expected "
+                                                  f"{(last_seq + 1) % _SEQ_MOD}")
+        return None
+
+    def append(self, h: BatchHeader) -> None:
+        """Stage a validated batch whose offsets are assigned."""
+        if h.producer_epoch != self.epoch:
+            self.staged.clear()
+            self.epoch = h.producer_epoch
+        self.staged.append(BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset,
+                                         h.max_timestamp))
+
+
+class ProducerStateManager:
+    def __init__(self, dir: Path, *, snapshots_to_keep: int = 3):
+        self.dir = Path(dir)
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.snapshots_to_keep = snapshots_to_keep
+
+    # ---- appends -----------------------------------------------------------------------------------------
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    def find_duplicate(self, h: BatchHeader) -> BatchMetadata | None:
+        entry = self.producers.get(h.producer_id)
+        return entry.find_duplicate(h) if entry is not None else None
+
+    def prepare(self, producer_id: int) -> ProducerAppendInfo:
+        return ProducerAppendInfo(producer_id, self.producers.get(producer_id))
+
+    def commit(self, info: ProducerAppendInfo, now_ms: int) -> None:
+        entry = self.producers.get(info.producer_id)
+        if entry is None:
+            entry = self.producers[info.producer_id] = ProducerStateEntry(info.producer_id)
+        if not info.staged and info.epoch != entry.producer_epoch:
+            entry.batches.clear()
+            entry.producer_epoch = info.epoch
+        for meta in info.staged:
+            entry.add_batch(info.epoch, meta)
+        entry.last_update_ms = now_ms
+
+    def replay(self, h: BatchHeader, now_ms: int) -> None:
+        """Apply a batch read back from the log (recovery): no validation, as Kafka's Replication origin."""
+        if h.producer_id < 0:
+            return
+        entry = self.producers.get(h.producer_id)
+        if entry is None:
+            entry = self.producers[h.producer_id] = ProducerStateEntry(h.producer_id)
+        entry.add_batch(h.producer_epoch, BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset,
+                                                        h.last_offset, h.max_timestamp))
+        entry.last_update_ms = now_ms
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for expiration_ms (producer.id.expiration.ms); returns how many."""
+        dead = [pid for pid, e in self.producers.items() if now_ms - e.last_update_ms >= expiration_ms]
+        for pid in dead:
+            del self.producers[pid]
+        return len(dead)
+
+    # ---- snapshots ---------------------------------------------------------------------------------------
+    def snapshot_offsets(self) -> list[int]:
+        out = []
+        for p in self.dir.glob("*" + SNAPSHOT_SUFFIX):
+            stem = p.name[:-len(SNAPSHOT_SUFFIX)]
+            if len(stem) == 20 and stem.isdigit():
+                out.append(int(stem))
+        return sorted(out)
+
+    def take_snapshot(self, offset: int) -> Path:
+        """Write the state as of log offset `offset` (everything below it applied); keeps a few latest."""
+        body = bytearray(_COUNT.pack(0))
+        n = 0
+        for pid, e in self.producers.items():
+            metas = e.batches or [BatchMetadata(NO_SEQUENCE, NO_SEQUENCE, -1, -1, -1)]
+            for m in metas:
+                body += _ENTRY.pack(pid, e.producer_epoch, m.last_seq, m.last_offset, m.offset_delta,
+                                    m.timestamp, e.coordinator_epoch, -1)
+                n += 1
+        _COUNT.pack_into(body, 0, n)
+        path = self.dir / snapshot_name(offset)
+        write_atomically(path, _HEAD.pack(_SNAPSHOT_VERSION, crc32c.crc32c(body)) + bytes(body))
+        for old in self.snapshot_offsets()[:-self.snapshots_to_keep]:
+            self.delete_snapshot(old)
+        return path
+
+    def delete_snapshot(self, offset: int) -> None:
+        (self.dir / snapshot_name(offset)).unlink(missing_ok=True)
+
+    def delete_snapshots_after(self, offset: int) -> None:
+        """Snapshots beyond the log end are from data that no longer exists (truncation)."""
+        for off in self.snapshot_offsets():
+            if off > offset:
+                self.delete_snapshot(off)
+
+    def load_snapshot(self, offset: int, now_ms: int) -> None:
+        """Replace the state with the snapshot at `offset`; CorruptSnapshotError if it does not verify."""
+        data = (self.dir / snapshot_name(offset)).read_bytes()
+        if len(data) < _HEAD.size + _COUNT.size:
+            raise CorruptSnapshotError(f"snapshot {offset} is truncated")
+        version, crc = _HEAD.unpack_from(data, 0)
+        if version != _SNAPSHOT_VERSION:
+            raise CorruptSnapshotError(f"snapshot {offset} has unknown version {version}")
+        body = memoryview(data)[_HEAD.size:]
+        if crc32c.crc32c(body) != crc:
+            raise CorruptSnapshotError(f"snapshot {offset} fails its CRC")
+        (n,) = _COUNT.unpack_from(body, 0)
+        if n < 0 or len(body) != _COUNT.size + n * _ENTRY.size:
+            raise CorruptSnapshotError(f"snapshot {offset} has a bad entry count {n}")
+        producers: dict[int, ProducerStateEntry] = {}
+        for i in range(n):
+            pid, epoch, last_seq, last_off, delta, ts, coord, _txn = _ENTRY.unpack_from(body, _COUNT.size + i * _ENTRY.size)
+            entry = producers.get(pid)
+            if entry is None:
+                entry = producers[pid] = ProducerStateEntry(pid, epoch, coordinator_epoch=coord, last_update_ms=now_ms)
+            if last_off >= 0:
+                entry.add_batch(epoch, BatchMetadata((last_seq - delta) % _SEQ_MOD if last_seq >= 0 else NO_SEQUENCE,
+                                                     last_seq, last_off - delta, last_off, ts))
+            elif epoch != entry.producer_epoch:
+                entry.batches.clear()
+                entry.producer_epoch = epoch
+        self.producers = producers
+
+    def load_latest(self, max_offset: int, now_ms: int) -> int | None:
+        """Load the newest valid snapshot at or below `max_offset` (deleting newer or corrupt ones);
+        returns its offset, or None (state cleared) if there is none."""
+        self.delete_snapshots_after(max_offset)
+        for off in reversed(self.snapshot_offsets()):
+            try:
+                self.load_snapshot(off, now_ms)
+                return off
+            except (CorruptSnapshotError, OSError, struct.error):
+                self.delete_snapshot(off)
+        self.producers = {}
+        return None
+
+    def active_producers(self) -> dict[int, ProducerStateEntry]:
+        return dict(self.producers)
