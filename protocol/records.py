@@ -262,3 +262,14 @@ def _varint(v: int) -> bytes:
         u >>= 7
     out.append(u)
     return bytes(out)
+
+
+def recompress_batch(batch, codec: int) -> bytearray:
+    """Rewrite one batch with its records section compressed by `codec` (topic `compression.type` other than
+    `producer`). Offsets, timestamps, headers, producer id/epoch/sequence and the non-codec attribute bits are kept."""
+    h = read_header(batch, 0)
+    records = list(iter_records(batch))
+    return bytearray(build_records_batch(
+        records, codec, base_offset=h.base_offset, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence, attributes=h.attributes & ~COMPRESSION_MASK,
+        partition_leader_epoch=h.partition_leader_epoch))

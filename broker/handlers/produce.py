@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from protocol.record_batch import InvalidRecordError, split_and_validate
+from protocol.records import recompress_batch
 from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, read_array_len, read_bytes_view, read_i16, read_i32,
                            read_string, skip_tagged_fields, string)
 
@@ -78,7 +79,12 @@ def handle(broker, req):
                 msg = f"min.insync.replicas={part.log.config.min_insync_replicas} but the ISR has 1 replica"
             else:
                 try:
-                    headers = split_and_validate(records, part.log.config.max_message_bytes)
+                    cfg = part.log.config
+                    headers = split_and_validate(records, cfg.max_message_bytes)
+                    target = _TARGET_CODEC.get(cfg.compression_type)
+                    if target is not None and headers[0].compression != target:
+                        records = _recompress(records, target)
+                        headers = split_and_validate(records, cfg.max_message_bytes)
                     if txn_id is not None or any(h.is_transactional for h in headers):
                         raise InvalidRecordError(INVALID_TXN_STATE, "transactions are not supported yet")
                     result = replicas.append(part, records, headers)
@@ -98,6 +104,16 @@ def handle(broker, req):
     if acks == 0:
         return None
     return encode_response(version, flexible, out_topics)
+
+
+_TARGET_CODEC = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # "producer": keep as sent
+
+
+def _recompress(records, codec: int) -> bytearray:
+    try:
+        return recompress_batch(records, codec)
+    except ValueError as e:
+        raise InvalidRecordError(CORRUPT_MESSAGE, f"cannot recompress batch: {e}") from None
 
 
 def encode_response(version: int, flexible: bool, topics) -> list[bytes]:

@@ -276,8 +276,6 @@ def test_small_segments_roll_and_reads_span_them(broker, topic_name):
     assert errs and errs[0] is not None and errs[0].code() == KafkaError.RECORD_LIST_TOO_LARGE, errs
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug: topic config compression.type is accepted and described but "
-                                       "ignored; batches are stored with the producer's codec (no recompression)")
 def test_topic_compression_type_recompresses(broker, topic_name):
     admin = admin_client(broker.bootstrap)
     create_topic(broker.bootstrap, topic_name, admin=admin, config={"compression.type": "gzip"})
@@ -288,6 +286,16 @@ def test_topic_compression_type_recompresses(broker, topic_name):
     assert [(m.key(), m.value()) for m in got] == msgs
     # Kafka: compression.type is "the final compression type for a given topic"; the broker recompresses
     assert {b["codec"] for b in stored_batches(broker, topic_name, min_records=len(msgs))} == {1}
+
+
+def test_topic_compression_type_uncompressed_decompresses(broker, topic_name):
+    admin = admin_client(broker.bootstrap)
+    create_topic(broker.bootstrap, topic_name, admin=admin, config={"compression.type": "uncompressed"})
+    msgs = [(b"k%d" % i, b"zstd payload " * 10) for i in range(20)]
+    produce_all(producer(broker.bootstrap, **{"compression.type": "zstd"}), topic_name, msgs, partition=0)
+    got = consume(broker.bootstrap, topic_name, len(msgs))
+    assert [(m.key(), m.value()) for m in got] == msgs
+    assert {b["codec"] for b in stored_batches(broker, topic_name, min_records=len(msgs))} == {0}
 
 
 def test_delete_topics(broker, topic_name):

@@ -505,3 +505,16 @@ def test_random_record_section_mutations_only_raise_corrupt_record_error():
         except CorruptRecordError:
             pass
 
+
+
+def test_recompress_batch_keeps_offsets_producer_fields_and_headers():
+    from protocol.record_batch import read_header, split_and_validate
+    from protocol.records import recompress_batch
+    src = build_records_batch([(b"k1", b"v1", [("h", b"x")]), (None, b"v2", [])], codec=4, base_offset=10,
+                              timestamp_ms=1234, producer_id=7, producer_epoch=2, base_sequence=5)
+    out = recompress_batch(src, 1)
+    h = split_and_validate(out, 1 << 20)[0]
+    assert (h.compression, h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence) == (1, 10, 7, 2, 5)
+    assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in iter_records(out)] == \
+        [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in iter_records(src)]
+    assert read_header(recompress_batch(src, 0), 0).compression == 0
