@@ -9,6 +9,7 @@ import socket
 from collections import deque
 
 from broker.fetch_session import FetchSessionCache
+from broker.group_coordinator import GroupCoordinator
 from broker.handlers import Request, api_versions, load_handlers
 from broker.replica_manager import ReplicaManager
 from metadata.topic_store import TopicStore
@@ -38,6 +39,7 @@ class Broker:
         self.handlers = load_handlers()
         self.topics = TopicStore(config.log_dir)
         self.replicas = ReplicaManager(config, self.topics)
+        self.groups = GroupCoordinator(config)
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.max_request_size = config.get_int("socket.request.max.bytes")
         self.connections: set[KafkaConnection] = set()
@@ -46,6 +48,7 @@ class Broker:
     async def start(self) -> None:
         self.replicas.startup()
         self.replicas.start_background()
+        self.groups.start()
         host, port = self.config.listener
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
@@ -53,6 +56,7 @@ class Broker:
         log.info("Strata broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
 
     async def stop(self) -> None:
+        self.groups.stop()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -61,7 +65,7 @@ class Broker:
 
 
 class KafkaConnection(asyncio.Protocol):
-    __slots__ = ("broker", "transport", "buf", "queue", "peer", "paused", "closed")
+    __slots__ = ("broker", "transport", "buf", "queue", "peer", "client_host", "paused", "closed")
 
     def __init__(self, broker: Broker):
         self.broker = broker
@@ -74,6 +78,7 @@ class KafkaConnection(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
+        self.client_host = "/" + self.peer[0] if self.peer else None
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -160,7 +165,7 @@ class KafkaConnection(asyncio.Protocol):
             client_id = None
         if flexible:
             pos = skip_tagged_fields(frame, pos)
-        req = Request(api_key, version, corr, client_id, frame, pos, flexible)
+        req = Request(api_key, version, corr, client_id, frame, pos, flexible, self.client_host)
         result = handler.handle(self.broker, req)
         # ApiVersions always answers with response header v0 so any client can read it.
         flex_header = flexible and api_key != api_versions.API_KEY

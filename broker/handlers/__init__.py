@@ -13,6 +13,8 @@ _MODULES = (
     "produce", "fetch", "list_offsets", "metadata", "api_versions", "create_topics", "delete_topics",
     "delete_records", "init_producer_id", "describe_configs", "incremental_alter_configs", "create_partitions",
     "describe_cluster",
+    "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group", "offset_commit", "offset_fetch",
+    "list_groups", "describe_groups", "delete_groups", "offset_delete",
 )
 
 
@@ -25,6 +27,7 @@ class Request:
     frame: bytearray          # the whole request (without the 4-byte size); writable so batches are rewritten in place
     body_offset: int          # where the body starts in frame
     flexible: bool
+    client_host: str | None = None   # "/ip" as Kafka shows it in DescribeGroups
 
     def readonly(self) -> memoryview:
         """kio's native reader rejects writable buffers."""

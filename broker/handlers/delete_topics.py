@@ -38,6 +38,7 @@ def handle(broker, req):
         else:
             broker.replicas.delete_topic(info)
             broker.topics.delete(info.name)
+            broker.groups.on_topics_deleted([info.name])
             log.info("deleted topic %s", info.name)
         results.append(res)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "responses": results})

@@ -18,12 +18,6 @@ _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_HEADER_SIZE = _BATCH_HEADER.size
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
-# librdkafka (every version, incl. kcat's 2.0.2 and confluent-kafka's 2.16) enables its LZ4 feature only when the
-# broker's ApiVersions lists FindCoordinator (key 10), a proxy for "broker >= 0.8.2". Strata does not list it yet, so
-# librdkafka logs "Broker does not support compression type lz4: not compressing batch" and sends uncompressed
-# batches when compression.type=lz4 is asked for.
-LZ4_REASON = ("broker bug: ApiVersions does not advertise FindCoordinator (key 10), so librdkafka disables its LZ4 "
-              "feature and silently writes uncompressed batches for compression.type=lz4")
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):

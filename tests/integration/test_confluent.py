@@ -1,7 +1,7 @@
 """confluent-kafka (librdkafka 2.x) against a real Strata broker: produce/consume round trips, compression codecs,
 record fields, large messages, many partitions, the idempotent producer, ListOffsets and Fetch long-polling.
 
-No consumer groups exist yet, so every consumer uses manual assignment with auto-commit off.
+Consumers here use manual assignment with auto-commit off; groups are covered in test_groups.py.
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, TopicPartition
 
 try:
-    from .helpers import (CODEC_IDS, LZ4_REASON, consume, consumer, create_topic, produce_all, producer, stored_batches,
+    from .helpers import (CODEC_IDS, consume, consumer, create_topic, produce_all, producer, stored_batches,
                           watermarks)
 except ImportError:  # tests/integration is not a package
-    from helpers import (CODEC_IDS, LZ4_REASON, consume, consumer, create_topic, produce_all, producer, stored_batches,
+    from helpers import (CODEC_IDS, consume, consumer, create_topic, produce_all, producer, stored_batches,
                          watermarks)
 
 pytestmark = pytest.mark.integration
@@ -42,18 +42,9 @@ def test_round_trip_each_codec(broker, topic_name, codec):
 
     batches = stored_batches(broker, topic_name, min_records=n)
     assert sum(b["records_count"] for b in batches) == n
-    if codec != "lz4":  # see test_lz4_batches_are_compressed
-        # the broker keeps the producer's compression (compression.type=producer)
-        assert {b["codec"] for b in batches} == {CODEC_IDS[codec]}
-
-
-@pytest.mark.xfail(strict=True, reason=LZ4_REASON)
-def test_lz4_batches_are_compressed(broker, topic_name):
-    create_topic(broker.bootstrap, topic_name)
-    p = producer(broker.bootstrap, **{"compression.type": "lz4", "linger.ms": 20})
-    produce_all(p, topic_name, [(None, b"lz4 " * 200) for _ in range(20)], partition=0)
-    batches = stored_batches(broker, topic_name, min_records=20)
-    assert {b["codec"] for b in batches} == {CODEC_IDS["lz4"]}
+    # the broker keeps the producer's compression (compression.type=producer); for lz4 this also checks that
+    # librdkafka enabled its LZ4 feature, which it only does when ApiVersions lists FindCoordinator
+    assert {b["codec"] for b in batches} == {CODEC_IDS[codec]}
 
 
 def test_keys_null_keys_tombstones_headers_and_timestamps(broker, topic_name):

@@ -12,9 +12,9 @@ import subprocess
 import pytest
 
 try:
-    from .helpers import CODEC_IDS, LZ4_REASON, create_topic, read_batches, segment_path, stored_batches
+    from .helpers import CODEC_IDS, create_topic, read_batches, segment_path, stored_batches
 except ImportError:  # tests/integration is not a package
-    from helpers import CODEC_IDS, LZ4_REASON, create_topic, read_batches, segment_path, stored_batches
+    from helpers import CODEC_IDS, create_topic, read_batches, segment_path, stored_batches
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 pytestmark = [pytest.mark.integration,
@@ -28,8 +28,7 @@ def kcat(broker, *args, stdin: bytes | None = None, timeout: float = 30) -> str:
     return r.stdout.decode()
 
 
-@pytest.mark.parametrize("codec", ["gzip", "snappy", pytest.param("lz4", marks=pytest.mark.xfail(
-    strict=True, reason=LZ4_REASON)), "zstd"])
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_produce_compressed_and_consume(broker, topic_name, codec):
     n = 100
     lines = b"".join(b"key%d:value-%d-%s\n" % (i, i, b"x" * 50) for i in range(n))

@@ -1,0 +1,1345 @@
+"""The classic consumer-group coordinator (Kafka's pre-KIP-848 GroupCoordinator), in memory.
+
+One GroupMetadata per group id, driven through Kafka's state machine:
+
+    Empty               -> PreparingRebalance   a member joins
+    PreparingRebalance  -> CompletingRebalance  every member rejoined, or the rebalance timeout passed
+    PreparingRebalance  -> Empty                no member is left when the join completes
+    CompletingRebalance -> Stable               the leader's SyncGroup delivered the assignment
+    CompletingRebalance -> PreparingRebalance   a join with new metadata, a leave, a session expiry
+    Stable              -> PreparingRebalance   the leader rejoins, new metadata, a new member, leave or expiry
+    any                 -> Dead                 DeleteGroups, or Empty without offsets at the retention check
+
+Behaviour follows Kafka 3.x's `GroupCoordinator.scala`: the first join of an Empty group waits
+`group.initial.rebalance.delay.ms` (extended while members keep arriving, bounded by the rebalance timeout); later
+rebalances wait until every known member has rejoined or the rebalance timeout passes, then drop dynamic members that
+did not rejoin; JoinGroup v4+ from an unknown member gets MEMBER_ID_REQUIRED and a generated id (KIP-394); a static
+member (group.instance.id, KIP-345) that rejoins with an unknown member id takes over the old member's slot, fencing
+the old id, without a rebalance when the group is Stable and its protocol stays the same; session timeouts, pending
+members and members that never send SyncGroup expire on asyncio timers.
+
+JoinGroup and SyncGroup results are asyncio Futures that complete when the rebalance allows (handlers park on them).
+Everything runs on the event loop thread, so no locks.
+
+Persistence: every state change that Kafka writes to `__consumer_offsets` goes through `_store_group` (group metadata
+and assignments, or a tombstone for a Dead group) and `_store_offsets` (commits, or tombstones for deleted/expired
+offsets). Both are no-ops returning NONE for now; they return a client-facing error code so a log-backed
+implementation can fail a SyncGroup or OffsetCommit the way Kafka does.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+log = logging.getLogger("strata.groups")
+
+# ---- error codes ---------------------------------------------------------------------------------------------------
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+INVALID_REQUEST = 42
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+GROUP_MAX_SIZE_REACHED = 81
+FENCED_INSTANCE_ID = 82
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+
+# ---- states --------------------------------------------------------------------------------------------------------
+EMPTY = "Empty"
+PREPARING_REBALANCE = "PreparingRebalance"
+COMPLETING_REBALANCE = "CompletingRebalance"
+STABLE = "Stable"
+DEAD = "Dead"
+STATES = (EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD)
+
+_VALID_PREVIOUS = {
+    DEAD: {STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD},
+    COMPLETING_REBALANCE: {PREPARING_REBALANCE},
+    STABLE: {COMPLETING_REBALANCE},
+    PREPARING_REBALANCE: {STABLE, COMPLETING_REBALANCE, EMPTY},
+    EMPTY: {PREPARING_REBALANCE},
+}
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+CLASSIC_GROUP_TYPE = "classic"
+UNKNOWN_MEMBER = ""                  # JoinGroupRequest.UNKNOWN_MEMBER_ID
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000  # GroupCoordinator.NewMemberJoinTimeoutMs
+DEFAULT_RETENTION_TIME = -1          # OffsetCommit v2-4 retention_time meaning "broker default"
+
+# Broker settings the coordinator reads, with Kafka's names and defaults.
+GROUP_DEFAULTS: dict[str, str] = {
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "group.max.size": "2147483647",
+    "offset.metadata.max.bytes": "4096",
+    "offsets.retention.minutes": "10080",
+    "offsets.retention.check.interval.ms": "600000",
+}
+
+
+def _setting(config, key: str) -> int:
+    if config is None:
+        value = None
+    elif isinstance(config, Mapping):
+        value = config.get(key)
+    else:
+        value = config.get(key)   # BrokerConfig.get returns "" for keys without a broker default
+    return int(value) if value not in (None, "") else int(GROUP_DEFAULTS[key])
+
+
+class IllegalStateError(RuntimeError):
+    pass
+
+
+# ---- results -------------------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class JoinResult:
+    error: int
+    member_id: str
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    members: list = field(default_factory=list)   # [(member_id, group_instance_id, metadata)] for the leader
+
+
+@dataclass(slots=True)
+class SyncResult:
+    error: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(slots=True)
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = 0
+    expire_timestamp: int | None = None   # only from OffsetCommit v2-4 with an explicit retention_time
+
+
+@dataclass(slots=True)
+class GroupOverview:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str = CLASSIC_GROUP_TYPE
+
+
+@dataclass(slots=True)
+class MemberSummary:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(slots=True)
+class GroupSummary:
+    error: int
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: list
+
+
+def parse_subscription_topics(data: bytes) -> set[str] | None:
+    """Topics of a ConsumerProtocolSubscription (any version: version i16, topics [i16-string]); None if malformed."""
+    try:
+        pos = 2
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if n < 0:
+            return None
+        topics = set()
+        for _ in range(n):
+            (ln,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            if ln < 0 or pos + ln > len(data):
+                return None
+            topics.add(bytes(data[pos:pos + ln]).decode("utf-8"))
+            pos += ln
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+# ---- members and groups --------------------------------------------------------------------------------------------
+class MemberMetadata:
+    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
+                 "session_timeout_ms", "protocol_type", "protocols", "assignment", "join_future", "sync_future",
+                 "is_new", "heartbeat_timer")
+
+    def __init__(self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+                 rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
+                 protocols: list[tuple[str, bytes]]):
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.protocol_type = protocol_type
+        self.protocols = protocols
+        self.assignment = b""
+        self.join_future: asyncio.Future | None = None
+        self.sync_future: asyncio.Future | None = None
+        self.is_new = False
+        self.heartbeat_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def is_awaiting_join(self) -> bool:
+        return self.join_future is not None
+
+    @property
+    def is_awaiting_sync(self) -> bool:
+        return self.sync_future is not None
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        raise IllegalStateError(f"member {self.member_id} does not support protocol {protocol}")
+
+    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
+        return len(protocols) == len(self.protocols) and all(
+            a[0] == b[0] and bytes(a[1]) == bytes(b[1]) for a, b in zip(protocols, self.protocols))
+
+    def vote(self, candidates: set[str]) -> str:
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise IllegalStateError(f"member {self.member_id} does not support any of the candidates {candidates}")
+
+    def __repr__(self) -> str:
+        return (f"MemberMetadata({self.member_id!r}, instance={self.group_instance_id!r}, "
+                f"protocols={self.protocol_names()}, awaiting_join={self.is_awaiting_join}, "
+                f"awaiting_sync={self.is_awaiting_sync}, new={self.is_new})")
+
+
+class _DelayedJoin:
+    """A pending rebalance completion: Kafka's DelayedJoin, or InitialDelayedJoin for a group leaving Empty."""
+    __slots__ = ("timer", "initial", "configured_delay_ms", "delay_ms", "remaining_ms")
+
+    def __init__(self, initial: bool, delay_ms: int, configured_delay_ms: int = 0, remaining_ms: int = 0):
+        self.timer: asyncio.TimerHandle | None = None
+        self.initial = initial
+        self.delay_ms = delay_ms
+        self.configured_delay_ms = configured_delay_ms
+        self.remaining_ms = remaining_ms
+
+
+class GroupMetadata:
+    def __init__(self, group_id: str, state: str = EMPTY, now_ms: int = 0):
+        self.group_id = group_id
+        self.state = state
+        self.state_timestamp_ms = now_ms
+        self.generation_id = 0
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.leader_id: str | None = None
+        self.members: dict[str, MemberMetadata] = {}
+        self.static_members: dict[str, str] = {}             # group.instance.id -> member id
+        self.pending_members: dict[str, asyncio.TimerHandle | None] = {}   # KIP-394 ids handed out, not joined yet
+        self.pending_sync_members: set[str] = set()
+        self.num_members_awaiting_join = 0
+        self.supported_protocols: Counter[str] = Counter()
+        self.new_member_added = False
+        self.subscribed_topics: set[str] | None = None
+        self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        self.delayed_join: _DelayedJoin | None = None
+        self.sync_timer: asyncio.TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return (f"GroupMetadata({self.group_id!r}, {self.state}, generation={self.generation_id}, "
+                f"protocol={self.protocol_type}/{self.protocol_name}, leader={self.leader_id}, "
+                f"members={list(self.members)})")
+
+    # -- state -------------------------------------------------------------------------------------------------------
+    def is_(self, state: str) -> bool:
+        return self.state == state
+
+    def transition_to(self, state: str, now_ms: int) -> None:
+        if self.state not in _VALID_PREVIOUS[state]:
+            raise IllegalStateError(f"group {self.group_id} cannot move from {self.state} to {state}")
+        self.state = state
+        self.state_timestamp_ms = now_ms
+
+    def can_rebalance(self) -> bool:
+        return self.state in (STABLE, COMPLETING_REBALANCE, EMPTY)
+
+    # -- membership --------------------------------------------------------------------------------------------------
+    def has(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def get(self, member_id: str) -> MemberMetadata:
+        return self.members[member_id]
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def size(self) -> int:
+        return len(self.members)
+
+    def has_static_member(self, instance_id: str | None) -> bool:
+        return instance_id is not None and instance_id in self.static_members
+
+    def current_static_member_id(self, instance_id: str | None) -> str | None:
+        return self.static_members.get(instance_id) if instance_id is not None else None
+
+    def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
+        if instance_id is None:
+            return False
+        current = self.static_members.get(instance_id)
+        return current is not None and current != member_id
+
+    def is_pending_member(self, member_id: str) -> bool:
+        return member_id in self.pending_members
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == self.num_members_awaiting_join and not self.pending_members
+
+    def not_yet_rejoined_members(self) -> list[MemberMetadata]:
+        return [m for m in self.members.values() if not m.is_awaiting_join]
+
+    def add(self, member: MemberMetadata, future: asyncio.Future | None) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        self.supported_protocols.update(member.protocol_names())
+        self._set_join_future(member, future)
+        timer = self.pending_members.pop(member.member_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def remove(self, member_id: str) -> MemberMetadata | None:
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self.supported_protocols.subtract(member.protocol_names())
+            self.supported_protocols += Counter()   # drop zero counts
+            if member.is_awaiting_join:
+                self.num_members_awaiting_join -= 1
+            if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
+                del self.static_members[member.group_instance_id]
+            if member.heartbeat_timer is not None:
+                member.heartbeat_timer.cancel()
+                member.heartbeat_timer = None
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        timer = self.pending_members.pop(member_id, None)
+        if timer is not None:
+            timer.cancel()
+        self.pending_sync_members.discard(member_id)
+        return member
+
+    def update_member(self, member: MemberMetadata, protocols: list[tuple[str, bytes]], rebalance_timeout_ms: int,
+                      session_timeout_ms: int, future: asyncio.Future | None) -> None:
+        self.supported_protocols.subtract(member.protocol_names())
+        self.supported_protocols += Counter()
+        member.protocols = protocols
+        self.supported_protocols.update(member.protocol_names())
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_timeout_ms = session_timeout_ms
+        self._set_join_future(member, future)
+
+    def _set_join_future(self, member: MemberMetadata, future: asyncio.Future | None) -> None:
+        old = member.join_future
+        if old is not None and old is not future and not old.done():
+            # A retried JoinGroup supersedes the parked one; answer the old request so its connection's reply
+            # queue is not stuck behind it (Kafka drops the old callback).
+            old.set_result(JoinResult(REBALANCE_IN_PROGRESS, member.member_id))
+        if future is not None and old is None:
+            self.num_members_awaiting_join += 1
+        elif future is None and old is not None:
+            self.num_members_awaiting_join -= 1
+        member.join_future = future
+
+    def replace_static_member(self, instance_id: str, old_member_id: str, new_member_id: str) -> MemberMetadata:
+        member = self.members.pop(old_member_id, None)
+        if member is None:
+            raise IllegalStateError(f"cannot replace non-existing member {old_member_id} of instance {instance_id}")
+        # Fence the old incarnation right away if it is parked in JoinGroup or SyncGroup.
+        self.maybe_invoke_join(member, JoinResult(FENCED_INSTANCE_ID, old_member_id))
+        self.maybe_invoke_sync(member, SyncResult(FENCED_INSTANCE_ID))
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        if old_member_id in self.pending_sync_members:
+            self.pending_sync_members.discard(old_member_id)
+            self.pending_sync_members.add(new_member_id)
+        self.static_members[instance_id] = new_member_id
+        return member
+
+    def maybe_invoke_join(self, member: MemberMetadata, result: JoinResult) -> bool:
+        fut = member.join_future
+        if fut is None:
+            return False
+        member.join_future = None
+        self.num_members_awaiting_join -= 1
+        if not fut.done():
+            fut.set_result(result)
+        return True
+
+    def maybe_invoke_sync(self, member: MemberMetadata, result: SyncResult) -> bool:
+        fut = member.sync_future
+        if fut is None:
+            return False
+        member.sync_future = None
+        if not fut.done():
+            fut.set_result(result)
+        return True
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        if self.leader_id is None:
+            return False
+        leader = self.members.get(self.leader_id)
+        if leader is not None and leader.is_awaiting_join:
+            return True
+        for member_id, member in self.members.items():
+            if member.is_awaiting_join:
+                log.info("group %s: leader %s did not rejoin, %s is the new leader", self.group_id, self.leader_id,
+                         member_id)
+                self.leader_id = member_id
+                return True
+        return False
+
+    # -- protocols ---------------------------------------------------------------------------------------------------
+    def supports_protocols(self, protocol_type: str, protocols: set[str]) -> bool:
+        if self.state == EMPTY:
+            return bool(protocol_type) and bool(protocols)
+        n = len(self.members)
+        return self.protocol_type == protocol_type and any(self.supported_protocols[p] == n for p in protocols)
+
+    def candidate_protocols(self) -> set[str]:
+        n = len(self.members)
+        return {p for p, c in self.supported_protocols.items() if c == n}
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred protocol among those every member supports; most votes wins
+        (ties go to the protocol voted for first)."""
+        if not self.members:
+            raise IllegalStateError(f"cannot select a protocol for empty group {self.group_id}")
+        candidates = self.candidate_protocols()
+        votes = Counter(m.vote(candidates) for m in self.members.values())
+        return max(votes, key=votes.__getitem__)
+
+    def current_member_metadata(self) -> list[tuple[str, str | None, bytes]]:
+        if self.is_(DEAD) or self.is_(PREPARING_REBALANCE):
+            raise IllegalStateError(f"cannot obtain member metadata for group {self.group_id} in {self.state}")
+        return [(m.member_id, m.group_instance_id, m.metadata(self.protocol_name)) for m in self.members.values()]
+
+    def compute_subscribed_topics(self) -> set[str] | None:
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return set()
+        if self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            t = parse_subscription_topics(m.metadata(self.protocol_name))
+            if t is None:
+                return None
+            topics |= t
+        return topics
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return True if self.subscribed_topics is None else topic in self.subscribed_topics
+
+    def init_next_generation(self, now_ms: int) -> None:
+        self.generation_id += 1
+        if self.members:
+            self.protocol_name = self.select_protocol()
+            self.subscribed_topics = self.compute_subscribed_topics()
+            self.transition_to(COMPLETING_REBALANCE, now_ms)
+        else:
+            self.protocol_name = None
+            self.subscribed_topics = self.compute_subscribed_topics()
+            self.transition_to(EMPTY, now_ms)
+        self.pending_sync_members.clear()
+
+    # -- offsets -----------------------------------------------------------------------------------------------------
+    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+        """Kafka's removeExpiredOffsets selection (KIP-211): an Empty group's offsets expire `retention_ms` after it
+        became Empty; a Stable consumer group's offsets for topics nobody subscribes to expire `retention_ms` after
+        their commit; a group without a protocol type (simple commits only) expires by commit time; offsets with an
+        explicit expire timestamp (OffsetCommit v2-4 retention_time) expire at that time."""
+        def pick(base, skip_topics=frozenset()):
+            out = []
+            for tp, om in self.offsets.items():
+                if tp[0] in skip_topics:
+                    continue
+                if om.expire_timestamp is not None:
+                    if now_ms >= om.expire_timestamp:
+                        out.append(tp)
+                elif now_ms - base(om) >= retention_ms:
+                    out.append(tp)
+            return out
+
+        if self.protocol_type is not None and self.is_(EMPTY):
+            return pick(lambda om: self.state_timestamp_ms)
+        if self.protocol_type == CONSUMER_PROTOCOL_TYPE and self.subscribed_topics is not None and self.is_(STABLE):
+            return pick(lambda om: om.commit_timestamp, self.subscribed_topics)
+        if self.protocol_type is None:
+            return pick(lambda om: om.commit_timestamp)
+        return []
+
+    # -- summaries ---------------------------------------------------------------------------------------------------
+    def overview(self) -> GroupOverview:
+        return GroupOverview(self.group_id, self.protocol_type or "", self.state)
+
+    def summary(self) -> GroupSummary:
+        if self.is_(STABLE):
+            protocol = self.protocol_name
+            members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                     m.metadata(protocol), m.assignment) for m in self.members.values()]
+            return GroupSummary(NONE, self.state, self.protocol_type or "", protocol, members)
+        members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", b"")
+                   for m in self.members.values()]
+        return GroupSummary(NONE, self.state, self.protocol_type or "", "", members)
+
+
+# ---- the coordinator ----------------------------------------------------------------------------------------------
+class GroupCoordinator:
+    """All classic groups of this broker. Public methods mirror the group APIs; JoinGroup/SyncGroup return Futures."""
+
+    def __init__(self, config=None, clock=None):
+        self.initial_rebalance_delay_ms = _setting(config, "group.initial.rebalance.delay.ms")
+        self.min_session_timeout_ms = _setting(config, "group.min.session.timeout.ms")
+        self.max_session_timeout_ms = _setting(config, "group.max.session.timeout.ms")
+        self.max_group_size = _setting(config, "group.max.size")
+        self.max_metadata_size = _setting(config, "offset.metadata.max.bytes")
+        self.offsets_retention_ms = _setting(config, "offsets.retention.minutes") * 60_000
+        self.retention_check_interval_ms = _setting(config, "offsets.retention.check.interval.ms")
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        self.groups: dict[str, GroupMetadata] = {}
+        self._cleanup_timer: asyncio.TimerHandle | None = None
+        self._active = True
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Call from the running event loop (Broker.start): schedules the offset-retention check."""
+        self._active = True
+        self._schedule_cleanup()
+
+    def stop(self) -> None:
+        """Cancel every timer and answer parked JoinGroup/SyncGroup requests with NOT_COORDINATOR (Kafka's
+        onGroupUnloaded)."""
+        self._active = False
+        if self._cleanup_timer is not None:
+            self._cleanup_timer.cancel()
+            self._cleanup_timer = None
+        for group in self.groups.values():
+            self._cancel_join(group)
+            self._remove_sync_expiration(group)
+            for timer in group.pending_members.values():
+                if timer is not None:
+                    timer.cancel()
+            for member in list(group.members.values()):
+                if member.heartbeat_timer is not None:
+                    member.heartbeat_timer.cancel()
+                    member.heartbeat_timer = None
+                group.maybe_invoke_join(member, JoinResult(NOT_COORDINATOR, member.member_id))
+                group.maybe_invoke_sync(member, SyncResult(NOT_COORDINATOR))
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    # -- persistence hooks (no-ops until __consumer_offsets exists) --------------------------------------------------
+    def _store_group(self, group: GroupMetadata, assignment: dict[str, bytes] | None = None) -> int:
+        """Persist the group's metadata (generation, protocol, leader, members with their subscription metadata and
+        `assignment`), or a tombstone when the group is Dead. Returns a client-facing error code (Kafka maps
+        NOT_ENOUGH_REPLICAS/UNKNOWN_TOPIC_OR_PARTITION -> COORDINATOR_NOT_AVAILABLE, NOT_LEADER/KAFKA_STORAGE_ERROR
+        -> NOT_COORDINATOR, MESSAGE_TOO_LARGE -> UNKNOWN_SERVER_ERROR)."""
+        return NONE
+
+    def _store_offsets(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata | None]) -> int:
+        """Persist committed offsets; a None value is a tombstone (OffsetDelete, DeleteGroups, retention). Returns a
+        client-facing error code (Kafka maps MESSAGE_TOO_LARGE -> INVALID_COMMIT_OFFSET_SIZE, storage errors ->
+        COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR)."""
+        return NONE
+
+    # -- helpers -----------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _loop() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    def _done(self, result) -> asyncio.Future:
+        fut = self._loop().create_future()
+        fut.set_result(result)
+        return fut
+
+    @staticmethod
+    def _valid_group_id(group_id: str | None, allow_empty: bool) -> bool:
+        return group_id is not None and (allow_empty or group_id != "")
+
+    def _validate_current_member(self, group: GroupMetadata, member_id: str, instance_id: str | None,
+                                 operation: str) -> int:
+        if group.is_static_member_fenced(instance_id, member_id):
+            log.info("group %s: %s from %s fenced, instance %s is now member %s", group.group_id, operation,
+                     member_id, instance_id, group.static_members.get(instance_id))
+            return FENCED_INSTANCE_ID
+        if not group.has(member_id):
+            return UNKNOWN_MEMBER_ID
+        return NONE
+
+    # -- JoinGroup ---------------------------------------------------------------------------------------------------
+    def join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                   client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool = True,
+                   supports_skip_assignment: bool = False, reason: str | None = None) -> asyncio.Future:
+        fut = self._loop().create_future()
+        if not self._valid_group_id(group_id, allow_empty=False):
+            fut.set_result(JoinResult(INVALID_GROUP_ID, member_id))
+            return fut
+        if not self._active:
+            fut.set_result(JoinResult(NOT_COORDINATOR, member_id))
+            return fut
+        if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
+            fut.set_result(JoinResult(INVALID_SESSION_TIMEOUT, member_id))
+            return fut
+        protocols = [(name, bytes(meta)) for name, meta in protocols]
+        unknown = member_id == UNKNOWN_MEMBER
+        group = self.groups.get(group_id)
+        if group is None:
+            if not unknown:
+                fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+                return fut
+            group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms())
+        if not self._accept_joining_member(group, member_id):
+            log.info("group %s is full (group.max.size=%d), rejecting %s", group_id, self.max_group_size,
+                     member_id or "a new member")
+            fut.set_result(JoinResult(GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER))
+        elif unknown:
+            self._join_new_member(group, group_instance_id, require_known_member_id, supports_skip_assignment,
+                                  client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
+                                  protocols, fut, reason)
+        else:
+            self._join_current_member(group, member_id, group_instance_id, client_id, client_host,
+                                      rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, fut, reason)
+        if group.is_(PREPARING_REBALANCE):
+            self._check_join(group)
+        return fut
+
+    def _accept_joining_member(self, group: GroupMetadata, member_id: str) -> bool:
+        if group.state in (EMPTY, DEAD):
+            return True
+        if group.is_(PREPARING_REBALANCE):
+            return ((group.has(member_id) and group.get(member_id).is_awaiting_join)
+                    or group.num_members_awaiting_join < self.max_group_size)
+        return group.has(member_id) or group.size() < self.max_group_size
+
+    def _join_new_member(self, group, instance_id, require_known_member_id, supports_skip_assignment, client_id,
+                         client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, fut, reason):
+        if group.is_(DEAD):
+            fut.set_result(JoinResult(COORDINATOR_NOT_AVAILABLE, UNKNOWN_MEMBER))
+            return
+        if not group.supports_protocols(protocol_type, {p for p, _ in protocols}):
+            fut.set_result(JoinResult(INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER))
+            return
+        new_member_id = f"{instance_id if instance_id is not None else (client_id or '')}-{uuid.uuid4()}"
+        if instance_id is not None:
+            old_member_id = group.current_static_member_id(instance_id)
+            if old_member_id is not None:
+                log.info("group %s: static member %s rejoins in %s; replacing member %s with %s", group.group_id,
+                         instance_id, group.state, old_member_id, new_member_id)
+                self._update_static_member_and_rebalance(group, old_member_id, new_member_id, instance_id,
+                                                         protocols, rebalance_timeout_ms, session_timeout_ms, fut,
+                                                         supports_skip_assignment, reason)
+            else:
+                self._add_member_and_rebalance(group, new_member_id, instance_id, client_id, client_host,
+                                               rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
+                                               fut, reason)
+        elif require_known_member_id:
+            # KIP-394: hand out the id and make the client rejoin with it, so a client that times out and retries
+            # does not leave a stream of phantom members behind.
+            group.pending_members[new_member_id] = self._loop().call_later(
+                session_timeout_ms / 1000, self._on_pending_member_expired, group, new_member_id)
+            fut.set_result(JoinResult(MEMBER_ID_REQUIRED, new_member_id))
+        else:
+            self._add_member_and_rebalance(group, new_member_id, None, client_id, client_host, rebalance_timeout_ms,
+                                           session_timeout_ms, protocol_type, protocols, fut, reason)
+
+    def _join_current_member(self, group, member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
+                             session_timeout_ms, protocol_type, protocols, fut, reason):
+        if group.is_(DEAD):
+            fut.set_result(JoinResult(COORDINATOR_NOT_AVAILABLE, member_id))
+            return
+        if not group.supports_protocols(protocol_type, {p for p, _ in protocols}):
+            fut.set_result(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id))
+            return
+        if group.is_pending_member(member_id):
+            if instance_id is not None:   # pending ids are only handed to dynamic members
+                fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+                return
+            self._add_member_and_rebalance(group, member_id, None, client_id, client_host, rebalance_timeout_ms,
+                                           session_timeout_ms, protocol_type, protocols, fut, reason)
+            return
+        if group.is_static_member_fenced(instance_id, member_id):
+            fut.set_result(JoinResult(FENCED_INSTANCE_ID, member_id))
+            return
+        if not group.has(member_id) or (instance_id is not None and not group.has_static_member(instance_id)):
+            fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+            return
+        member = group.get(member_id)
+        state = group.state
+        if state == PREPARING_REBALANCE:
+            self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms, session_timeout_ms,
+                                              fut, f"member {member_id} joining group during {state}")
+        elif state == COMPLETING_REBALANCE:
+            if member.matches(protocols):
+                # The member lost the JoinGroup response: repeat this generation's answer.
+                fut.set_result(self._join_result_for(group, member_id))
+            else:
+                self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
+                                                  session_timeout_ms, fut,
+                                                  f"updating metadata for member {member_id} during {state}")
+        elif state == STABLE:
+            if group.is_leader(member_id):
+                # The leader may rejoin to trigger a rebalance for changes its metadata does not show (topic
+                # metadata changes for the consumer protocol).
+                self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
+                                                  session_timeout_ms, fut,
+                                                  f"leader {member_id} re-joining group during {state}")
+            elif not member.matches(protocols):
+                self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
+                                                  session_timeout_ms, fut,
+                                                  f"updating metadata for member {member_id} during {state}")
+            else:
+                fut.set_result(JoinResult(NONE, member_id, group.generation_id, group.protocol_type,
+                                          group.protocol_name, group.leader_id or ""))
+        else:
+            log.warning("group %s: member %s rejoins in unexpected state %s", group.group_id, member_id, state)
+            fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+        if reason:
+            log.debug("group %s: member %s join reason: %s", group.group_id, member_id, reason)
+
+    def _join_result_for(self, group: GroupMetadata, member_id: str) -> JoinResult:
+        leader = group.is_leader(member_id)
+        return JoinResult(NONE, member_id, group.generation_id, group.protocol_type, group.protocol_name,
+                          group.leader_id or "", False, group.current_member_metadata() if leader else [])
+
+    def _add_member_and_rebalance(self, group, member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
+                                  session_timeout_ms, protocol_type, protocols, fut, reason):
+        member = MemberMetadata(member_id, instance_id, client_id or "", client_host or "", rebalance_timeout_ms,
+                                session_timeout_ms, protocol_type, protocols)
+        member.is_new = True
+        if group.is_(PREPARING_REBALANCE) and group.generation_id == 0:
+            group.new_member_added = True   # lets the initial rebalance delay extend itself
+        group.add(member, fut)
+        # A new member cannot heartbeat before it has its id; bound how long its JoinGroup may stay parked.
+        self._schedule_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._maybe_prepare_rebalance(group, f"adding new member {member_id} with group instance id {instance_id}"
+                                      + (f"; client reason: {reason}" if reason else ""))
+
+    def _update_member_and_rebalance(self, group, member, protocols, rebalance_timeout_ms, session_timeout_ms, fut,
+                                     reason):
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, fut)
+        self._maybe_prepare_rebalance(group, reason)
+
+    def _update_static_member_and_rebalance(self, group, old_member_id, new_member_id, instance_id, protocols,
+                                            rebalance_timeout_ms, session_timeout_ms, fut, supports_skip_assignment,
+                                            reason):
+        current_leader = group.leader_id
+        member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        old_protocols = member.protocols
+        old_timeouts = (member.rebalance_timeout_ms, member.session_timeout_ms)
+        # The old id's heartbeat timer is replaced; the new id heartbeats from now on.
+        self._schedule_heartbeat(group, member)
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, fut)
+        state = group.state
+        if state == STABLE:
+            if group.protocol_name == group.select_protocol():
+                log.info("group %s: static member %s rejoined without changing the selected protocol; "
+                         "no rebalance", group.group_id, instance_id)
+                err = self._store_group(group, {m.member_id: m.assignment for m in group.members.values()})
+                if err != NONE:
+                    # Could not persist the new member id: answer with the error and restore the old member.
+                    group.maybe_invoke_join(member, JoinResult(err, UNKNOWN_MEMBER, group.generation_id,
+                                                               group.protocol_type, group.protocol_name,
+                                                               current_leader or ""))
+                    group.update_member(member, old_protocols, *old_timeouts, None)
+                    restored = group.replace_static_member(instance_id, new_member_id, old_member_id)
+                    self._schedule_heartbeat(group, restored)
+                    return
+                elif supports_skip_assignment:
+                    # JoinGroup v9 (KIP-814): a static leader learns it leads but skips running the assignor.
+                    is_leader = group.is_leader(new_member_id)
+                    group.maybe_invoke_join(member, JoinResult(
+                        NONE, new_member_id, group.generation_id, group.protocol_type, group.protocol_name,
+                        group.leader_id or "", is_leader, group.current_member_metadata() if is_leader else []))
+                else:
+                    # Older versions: report the old leader id, so a rejoining leader does not run a trivial
+                    # assignment that a Stable group would ignore.
+                    group.maybe_invoke_join(member, JoinResult(
+                        NONE, new_member_id, group.generation_id, group.protocol_type, group.protocol_name,
+                        current_leader or ""))
+                # It will not be told to rejoin, so it must not sit awaiting a join; re-arm its session.
+                self._schedule_heartbeat(group, member)
+            else:
+                self._maybe_prepare_rebalance(
+                    group, f"static member {new_member_id} (instance {instance_id}) changes the selected protocol")
+        elif state == COMPLETING_REBALANCE:
+            # The leader may be assigning for the old member id; start over.
+            self._prepare_rebalance(group, f"updating metadata for static member {new_member_id} with instance id "
+                                           f"{instance_id}" + (f"; client reason: {reason}" if reason else ""))
+        elif state == PREPARING_REBALANCE:
+            pass
+        else:
+            raise IllegalStateError(f"group {group.group_id} in {state} while static member {instance_id} rejoins")
+
+    # -- rebalance ---------------------------------------------------------------------------------------------------
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.is_(COMPLETING_REBALANCE):
+            self._reset_and_propagate_assignment_error(group, REBALANCE_IN_PROGRESS)
+        self._remove_sync_expiration(group)
+        initial = group.is_(EMPTY)
+        group.transition_to(PREPARING_REBALANCE, self.now_ms())
+        log.info("group %s: preparing to rebalance in generation %d (%s)", group.group_id, group.generation_id,
+                 reason)
+        if initial:
+            d = self.initial_rebalance_delay_ms
+            self._watch_join(group, _DelayedJoin(True, d, d, max(group.rebalance_timeout_ms() - d, 0)))
+        else:
+            self._watch_join(group, _DelayedJoin(False, group.rebalance_timeout_ms()))
+
+    def _watch_join(self, group: GroupMetadata, op: _DelayedJoin) -> None:
+        """Kafka's rebalancePurgatory.tryCompleteElseWatch: complete now if possible, else arm the timeout."""
+        self._cancel_join(group)
+        if not op.initial and group.has_all_members_joined():
+            self._on_complete_join(group)
+            return
+        group.delayed_join = op
+        op.timer = self._loop().call_later(op.delay_ms / 1000, self._on_join_timer, group, op)
+
+    def _cancel_join(self, group: GroupMetadata) -> None:
+        op = group.delayed_join
+        if op is not None:
+            group.delayed_join = None
+            if op.timer is not None:
+                op.timer.cancel()
+
+    def _check_join(self, group: GroupMetadata) -> None:
+        """Kafka's rebalancePurgatory.checkAndComplete: a normal DelayedJoin completes once everyone has joined; the
+        initial delay always runs its course."""
+        op = group.delayed_join
+        if op is not None and not op.initial and group.has_all_members_joined():
+            self._cancel_join(group)
+            self._on_complete_join(group)
+
+    def _on_join_timer(self, group: GroupMetadata, op: _DelayedJoin) -> None:
+        if group.delayed_join is not op:
+            return
+        group.delayed_join = None
+        if op.initial and group.new_member_added and op.remaining_ms != 0:
+            group.new_member_added = False
+            delay = min(op.configured_delay_ms, op.remaining_ms)
+            remaining = max(op.remaining_ms - op.delay_ms, 0)
+            self._watch_join(group, _DelayedJoin(True, delay, op.configured_delay_ms, remaining))
+            return
+        self._on_complete_join(group)
+
+    def _on_complete_join(self, group: GroupMetadata) -> None:
+        if group.is_(DEAD):
+            return
+        for member in [m for m in group.not_yet_rejoined_members() if not m.is_static]:
+            log.info("group %s: removing member %s, it did not rejoin in time", group.group_id, member.member_id)
+            self._remove_member_record(group, member)
+        if group.is_(DEAD):
+            return
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            # Only static members are left and none rejoined: wait another rebalance timeout, by which their
+            # sessions expire.
+            log.error("group %s could not complete rebalance because no members rejoined", group.group_id)
+            self._watch_join(group, _DelayedJoin(False, group.rebalance_timeout_ms()))
+            return
+        group.init_next_generation(self.now_ms())
+        if group.is_(EMPTY):
+            log.info("group %s with generation %d is now empty", group.group_id, group.generation_id)
+            self._store_group(group, {})
+            return
+        log.info("group %s: stabilized generation %d with %d members, protocol %s, leader %s", group.group_id,
+                 group.generation_id, group.size(), group.protocol_name, group.leader_id)
+        leader_view = group.current_member_metadata()
+        for member in list(group.members.values()):
+            leader = group.is_leader(member.member_id)
+            group.maybe_invoke_join(member, JoinResult(
+                NONE, member.member_id, group.generation_id, group.protocol_type, group.protocol_name,
+                group.leader_id or "", False, leader_view if leader else []))
+            member.is_new = False
+            self._schedule_heartbeat(group, member)
+            group.pending_sync_members.add(member.member_id)
+        self._schedule_pending_sync(group)
+
+    def _schedule_pending_sync(self, group: GroupMetadata) -> None:
+        self._remove_sync_expiration(group)
+        group.sync_timer = self._loop().call_later(group.rebalance_timeout_ms() / 1000, self._on_pending_sync_expired,
+                                                   group, group.generation_id)
+
+    def _remove_sync_expiration(self, group: GroupMetadata) -> None:
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
+
+    def _on_pending_sync_expired(self, group: GroupMetadata, generation_id: int) -> None:
+        group.sync_timer = None
+        if generation_id != group.generation_id or group.state not in (COMPLETING_REBALANCE, STABLE):
+            return
+        pending = list(group.pending_sync_members)
+        if not pending:
+            return
+        log.info("group %s: removing members that sent no SyncGroup in time: %s", group.group_id, pending)
+        for member_id in pending:
+            member = group.members.get(member_id)
+            if member is not None:
+                self._remove_member_record(group, member)
+            else:
+                group.pending_sync_members.discard(member_id)
+        self._maybe_prepare_rebalance(group, f"removing {pending} on pending sync request expiration")
+
+    def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: int) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _set_and_propagate_assignment(self, group: GroupMetadata, assignment: dict[str, bytes]) -> None:
+        for member in group.members.values():
+            member.assignment = assignment.get(member.member_id, b"")
+        self._propagate_assignment(group, NONE)
+
+    def _propagate_assignment(self, group: GroupMetadata, error: int) -> None:
+        ptype, pname = (group.protocol_type, group.protocol_name) if error == NONE else (None, None)
+        for member in list(group.members.values()):
+            if group.maybe_invoke_sync(member, SyncResult(error, ptype, pname, member.assignment)):
+                # Re-arm the session: an expiry while the member awaited SyncGroup was ignored.
+                self._schedule_heartbeat(group, member)
+
+    # -- sessions ----------------------------------------------------------------------------------------------------
+    def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int | None = None) -> None:
+        """completeAndScheduleNextHeartbeatExpiration: a member parked in JoinGroup/SyncGroup needs no heartbeat
+        (unless it is new), so no timer is armed for it; completing the join or sync re-arms it."""
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+            member.heartbeat_timer = None
+        if not member.is_new and (member.is_awaiting_join or member.is_awaiting_sync):
+            return
+        timeout = member.session_timeout_ms if timeout_ms is None else timeout_ms
+        member.heartbeat_timer = self._loop().call_later(timeout / 1000, self._on_heartbeat_expired, group, member)
+
+    def _on_heartbeat_expired(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        member.heartbeat_timer = None
+        if group.is_(DEAD) or group.members.get(member.member_id) is not member:
+            return
+        if not member.is_new and (member.is_awaiting_join or member.is_awaiting_sync):
+            return
+        log.info("group %s: member %s has failed (session timeout), removing it", group.group_id, member.member_id)
+        self._remove_member_and_update_group(group, member, f"removing member {member.member_id} on heartbeat "
+                                                            "expiration")
+
+    def _on_pending_member_expired(self, group: GroupMetadata, member_id: str) -> None:
+        if member_id in group.pending_members:
+            log.info("group %s: pending member %s removed after session timeout", group.group_id, member_id)
+            del group.pending_members[member_id]
+            if group.is_(PREPARING_REBALANCE):
+                self._check_join(group)
+
+    def _remove_member_record(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        group.maybe_invoke_join(member, JoinResult(UNKNOWN_MEMBER_ID, UNKNOWN_MEMBER))
+        group.maybe_invoke_sync(member, SyncResult(UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+
+    def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
+        self._remove_member_record(group, member)
+        if group.state in (STABLE, COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, reason)
+        elif group.is_(PREPARING_REBALANCE):
+            self._check_join(group)
+
+    # -- SyncGroup ---------------------------------------------------------------------------------------------------
+    def sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                   protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes]) -> asyncio.Future:
+        fut = self._loop().create_future()
+        if not self._valid_group_id(group_id, allow_empty=False):
+            fut.set_result(SyncResult(INVALID_GROUP_ID))
+            return fut
+        if not self._active:
+            fut.set_result(SyncResult(NOT_COORDINATOR))
+            return fut
+        group = self.groups.get(group_id)
+        if group is None:
+            fut.set_result(SyncResult(UNKNOWN_MEMBER_ID))
+            return fut
+        if group.is_(DEAD):
+            fut.set_result(SyncResult(COORDINATOR_NOT_AVAILABLE))
+            return fut
+        err = self._validate_current_member(group, member_id, group_instance_id, "sync-group")
+        if err == NONE and generation_id != group.generation_id:
+            err = ILLEGAL_GENERATION
+        if err == NONE and protocol_type is not None and group.protocol_type != protocol_type:
+            err = INCONSISTENT_GROUP_PROTOCOL
+        if err == NONE and protocol_name is not None and group.protocol_name != protocol_name:
+            err = INCONSISTENT_GROUP_PROTOCOL
+        if err != NONE:
+            fut.set_result(SyncResult(err))
+            return fut
+        state = group.state
+        if state == EMPTY:
+            fut.set_result(SyncResult(UNKNOWN_MEMBER_ID))
+        elif state == PREPARING_REBALANCE:
+            fut.set_result(SyncResult(REBALANCE_IN_PROGRESS))
+        elif state == COMPLETING_REBALANCE:
+            member = group.get(member_id)
+            old = member.sync_future
+            if old is not None and not old.done():
+                old.set_result(SyncResult(REBALANCE_IN_PROGRESS))   # superseded by this retry
+            member.sync_future = fut
+            group.pending_sync_members.discard(member_id)
+            if group.is_leader(member_id):
+                log.info("group %s: assignment received from leader %s for generation %d (%d members, %d static)",
+                         group.group_id, member_id, group.generation_id, group.size(), len(group.static_members))
+                assignment = {m: bytes(a) for m, a in assignments.items()}
+                missing = [m for m in group.members if m not in assignment]
+                if missing:
+                    log.warning("group %s: empty assignments for members %s in generation %d", group.group_id,
+                                missing, group.generation_id)
+                for m in missing:
+                    assignment[m] = b""
+                store_err = self._store_group(group, assignment)
+                if group.is_(COMPLETING_REBALANCE) and generation_id == group.generation_id:
+                    if store_err != NONE:
+                        self._reset_and_propagate_assignment_error(group, store_err)
+                        self._maybe_prepare_rebalance(group, f"error storing the assignment from {member_id}")
+                    else:
+                        self._set_and_propagate_assignment(group, assignment)
+                        group.transition_to(STABLE, self.now_ms())
+        elif state == STABLE:
+            group.pending_sync_members.discard(member_id)
+            member = group.get(member_id)
+            fut.set_result(SyncResult(NONE, group.protocol_type, group.protocol_name, member.assignment))
+            self._schedule_heartbeat(group, member)
+        else:
+            raise IllegalStateError(f"SyncGroup for group {group_id} in state {state}")
+        return fut
+
+    # -- Heartbeat ---------------------------------------------------------------------------------------------------
+    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> int:
+        if not self._valid_group_id(group_id, allow_empty=False):
+            return INVALID_GROUP_ID
+        if not self._active:
+            return NOT_COORDINATOR
+        group = self.groups.get(group_id)
+        if group is None:
+            return UNKNOWN_MEMBER_ID
+        if group.is_(DEAD):
+            return COORDINATOR_NOT_AVAILABLE
+        err = self._validate_current_member(group, member_id, group_instance_id, "heartbeat")
+        if err != NONE:
+            return err
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        state = group.state
+        if state == EMPTY:
+            return UNKNOWN_MEMBER_ID
+        member = group.get(member_id)
+        self._schedule_heartbeat(group, member)
+        return REBALANCE_IN_PROGRESS if state == PREPARING_REBALANCE else NONE
+
+    # -- LeaveGroup --------------------------------------------------------------------------------------------------
+    def leave_group(self, group_id: str,
+                    members: list[tuple[str, str | None, str | None]]) -> tuple[int, list[int]]:
+        """members: [(member_id, group_instance_id, reason)] -> (group error, per-member errors)."""
+        if not self._valid_group_id(group_id, allow_empty=False):
+            return INVALID_GROUP_ID, []
+        if not self._active:
+            return NOT_COORDINATOR, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return NONE, [UNKNOWN_MEMBER_ID] * len(members)
+        if group.is_(DEAD):
+            return COORDINATOR_NOT_AVAILABLE, []
+        errors = []
+        for member_id, instance_id, reason in members:
+            reason = reason or "not provided"
+            if member_id == UNKNOWN_MEMBER:
+                # Administrative removal by group.instance.id (AdminClient removeMembersFromConsumerGroup).
+                current = group.current_static_member_id(instance_id)
+                if current is None:
+                    errors.append(UNKNOWN_MEMBER_ID)
+                else:
+                    self._remove_current_member(group, current, reason)
+                    errors.append(NONE)
+            elif group.is_pending_member(member_id):
+                timer = group.pending_members.pop(member_id)
+                if timer is not None:
+                    timer.cancel()
+                if group.is_(PREPARING_REBALANCE):
+                    self._check_join(group)
+                log.info("group %s: pending member %s left (%s)", group_id, member_id, reason)
+                errors.append(NONE)
+            else:
+                err = self._validate_current_member(group, member_id, instance_id, "leave-group")
+                if err == NONE:
+                    self._remove_current_member(group, member_id, reason)
+                errors.append(err)
+        return NONE, errors
+
+    def _remove_current_member(self, group: GroupMetadata, member_id: str, reason: str) -> None:
+        member = group.get(member_id)
+        log.info("group %s: member %s (instance %s) left; client reason: %s", group.group_id, member_id,
+                 member.group_instance_id, reason)
+        self._remove_member_and_update_group(group, member, f"removing member {member_id} on LeaveGroup; "
+                                                            f"client reason: {reason}")
+
+    # -- offsets -----------------------------------------------------------------------------------------------------
+    def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                       offsets: dict[tuple[str, int], tuple[int, int, str | None]],
+                       retention_ms: int = DEFAULT_RETENTION_TIME) -> dict[tuple[str, int], int]:
+        """offsets: {(topic, partition): (offset, leader_epoch, metadata)} -> {(topic, partition): error}."""
+        def all_(err):
+            return {tp: err for tp in offsets}
+
+        if not self._valid_group_id(group_id, allow_empty=True):
+            return all_(INVALID_GROUP_ID)
+        if not self._active:
+            return all_(NOT_COORDINATOR)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # From an older generation of a group that no longer exists: reject.
+                return all_(ILLEGAL_GENERATION)
+            # The group does not use Kafka's group management; it only stores offsets here.
+            group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms())
+        if group.is_(DEAD):
+            return all_(COORDINATOR_NOT_AVAILABLE)
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER or group_instance_id is not None:
+            err = self._validate_current_member(group, member_id, group_instance_id, "offset-commit")
+            if err == NONE and generation_id != group.generation_id:
+                err = ILLEGAL_GENERATION
+            if err != NONE:
+                return all_(err)
+        elif not group.is_(EMPTY):
+            # generation -1 (admin client or a consumer without group management) may only commit for a group
+            # with no members.
+            return all_(UNKNOWN_MEMBER_ID)
+        state = group.state
+        if state == COMPLETING_REBALANCE:
+            return all_(REBALANCE_IN_PROGRESS)
+        if state in (STABLE, PREPARING_REBALANCE):
+            # Committing during PreparingRebalance is fine: the heartbeat tells the member to rejoin.
+            self._schedule_heartbeat(group, group.get(member_id))
+        now = self.now_ms()
+        expire = now + retention_ms if retention_ms != DEFAULT_RETENTION_TIME else None
+        results: dict[tuple[str, int], int] = {}
+        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for tp, (offset, leader_epoch, metadata) in offsets.items():
+            metadata = "" if metadata is None else metadata
+            if len(metadata) > self.max_metadata_size:
+                results[tp] = OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = OffsetAndMetadata(offset, leader_epoch if leader_epoch is not None else -1, metadata,
+                                                 now, expire)
+        if accepted:
+            err = self._store_offsets(group_id, accepted)
+            if err == NONE and not group.is_(DEAD):
+                group.offsets.update(accepted)
+            for tp in accepted:
+                results[tp] = err
+        return {tp: results[tp] for tp in offsets}
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None,
+                      require_stable: bool = False) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata | None]]:
+        """-> (group error, {(topic, partition): OffsetAndMetadata or None for "no committed offset"}).
+        partitions None means every partition the group has offsets for. Offsets are returned whatever the group's
+        state: groups that only store offsets here have no members."""
+        if not self._valid_group_id(group_id, allow_empty=True):
+            return INVALID_GROUP_ID, {}
+        if not self._active:
+            return NOT_COORDINATOR, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_(DEAD):
+            return NONE, {tp: None for tp in (partitions or [])}
+        if partitions is None:
+            return NONE, dict(group.offsets)
+        return NONE, {tp: group.offsets.get(tp) for tp in partitions}
+
+    def delete_offsets(self, group_id: str,
+                       partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete: -> (group error, {(topic, partition): error}); partition errors are empty on a group
+        error."""
+        if not self._valid_group_id(group_id, allow_empty=False):
+            return INVALID_GROUP_ID, {}
+        if not self._active:
+            return NOT_COORDINATOR, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_(DEAD):
+            return GROUP_ID_NOT_FOUND, {}
+        errors: dict[tuple[str, int], int] = {}
+        if group.is_(EMPTY):
+            eligible = list(partitions)
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            eligible = [tp for tp in partitions if not group.is_subscribed_to_topic(tp[0])]
+            errors.update({tp: GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if group.is_subscribed_to_topic(tp[0])})
+        else:
+            return NON_EMPTY_GROUP, {}
+        if eligible:
+            removed = {tp: None for tp in eligible if tp in group.offsets}
+            err = self._store_offsets(group_id, removed) if removed else NONE
+            if err == NONE:
+                for tp in removed:
+                    group.offsets.pop(tp, None)
+            for tp in eligible:
+                errors[tp] = err
+            log.info("group %s: deleted %d offsets", group_id, len(removed))
+        return NONE, {tp: errors[tp] for tp in partitions}
+
+    # -- admin -------------------------------------------------------------------------------------------------------
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[GroupOverview]:
+        want_states = {s.lower() for s in states} if states else None
+        want_types = {t.lower() for t in types} if types else None
+        out = []
+        for group in self.groups.values():
+            if group.is_(DEAD):
+                continue
+            ov = group.overview()
+            if want_states is not None and ov.state.lower() not in want_states:
+                continue
+            if want_types is not None and ov.group_type not in want_types:
+                continue
+            out.append(ov)
+        return out
+
+    def describe_group(self, group_id: str) -> GroupSummary:
+        if not self._valid_group_id(group_id, allow_empty=True):
+            return GroupSummary(INVALID_GROUP_ID, DEAD, "", "", [])
+        if not self._active:
+            return GroupSummary(NOT_COORDINATOR, DEAD, "", "", [])
+        group = self.groups.get(group_id)
+        if group is None or group.is_(DEAD):
+            return GroupSummary(GROUP_ID_NOT_FOUND, DEAD, "", "", [])
+        return group.summary()
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
+        errors: dict[str, int] = {}
+        for group_id in group_ids:
+            if not self._valid_group_id(group_id, allow_empty=True):
+                errors[group_id] = INVALID_GROUP_ID
+                continue
+            if not self._active:
+                errors[group_id] = NOT_COORDINATOR
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.is_(DEAD):
+                errors[group_id] = GROUP_ID_NOT_FOUND
+            elif not group.is_(EMPTY):
+                errors[group_id] = NON_EMPTY_GROUP
+            else:
+                err = self._store_offsets(group_id, {tp: None for tp in group.offsets}) if group.offsets else NONE
+                if err != NONE:
+                    errors[group_id] = err
+                    continue
+                self._remove_group(group)
+                log.info("group %s deleted", group_id)
+                errors[group_id] = NONE
+        return errors
+
+    def _remove_group(self, group: GroupMetadata) -> None:
+        self._cancel_join(group)
+        self._remove_sync_expiration(group)
+        for timer in group.pending_members.values():
+            if timer is not None:
+                timer.cancel()
+        group.pending_members.clear()
+        group.transition_to(DEAD, self.now_ms())
+        group.offsets.clear()
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+        self._store_group(group)   # tombstone
+
+    def on_topics_deleted(self, topics) -> int:
+        """Kafka's onPartitionsDeleted: drop committed offsets of deleted topics (Empty groups left without offsets
+        die). Returns the number of offsets removed."""
+        topics = set(topics)
+        removed = 0
+        for group in list(self.groups.values()):
+            gone = [tp for tp in group.offsets if tp[0] in topics]
+            if gone and self._store_offsets(group.group_id, {tp: None for tp in gone}) == NONE:
+                for tp in gone:
+                    del group.offsets[tp]
+                removed += len(gone)
+            if gone and group.is_(EMPTY) and not group.offsets:
+                self._remove_group(group)
+        return removed
+
+    # -- offset retention --------------------------------------------------------------------------------------------
+    def _schedule_cleanup(self) -> None:
+        if self._cleanup_timer is not None:
+            self._cleanup_timer.cancel()
+        self._cleanup_timer = self._loop().call_later(self.retention_check_interval_ms / 1000, self._run_cleanup)
+
+    def _run_cleanup(self) -> None:
+        self._cleanup_timer = None
+        try:
+            self.cleanup_expired_offsets()
+        except Exception:
+            log.exception("offset retention check failed")
+        if self._active:
+            self._schedule_cleanup()
+
+    def cleanup_expired_offsets(self, now_ms: int | None = None) -> int:
+        """Drop offsets past offsets.retention.minutes and groups left Empty without offsets; returns the number of
+        offsets removed."""
+        now = self.now_ms() if now_ms is None else now_ms
+        removed = 0
+        for group in list(self.groups.values()):
+            expired = group.expired_offsets(now, self.offsets_retention_ms)
+            if expired:
+                if self._store_offsets(group.group_id, {tp: None for tp in expired}) == NONE:
+                    for tp in expired:
+                        del group.offsets[tp]
+                    removed += len(expired)
+                    log.info("group %s: removed %d expired offsets", group.group_id, len(expired))
+            if group.is_(EMPTY) and not group.offsets:
+                log.info("group %s is now Dead (empty, no offsets)", group.group_id)
+                self._remove_group(group)
+        return removed

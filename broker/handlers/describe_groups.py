@@ -1,0 +1,39 @@
+"""DescribeGroups (key 15): state, protocol and members; member metadata and assignments only while Stable.
+An unknown group is reported as Dead (v0-5) or GROUP_ID_NOT_FOUND (v6+, KIP-1043)."""
+from __future__ import annotations
+
+from broker.group_coordinator import DEAD, GROUP_ID_NOT_FOUND
+from protocol import kio_codec
+
+API_KEY = 15
+VERSIONS = (0, 6)
+DECODABLE = (0, 6)
+
+NOT_PROVIDED = -2147483648
+# READ(3), DELETE(6), DESCRIBE(8): what a group allows when no authorizer is configured.
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+def handle(broker, req):
+    v = req.api_version
+    body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    ops = GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False) else NOT_PROVIDED
+    out = []
+    for group_id in body.groups:
+        s = broker.groups.describe_group(group_id)
+        err, message = s.error, None
+        if err == GROUP_ID_NOT_FOUND:
+            if v >= 6:
+                message = f"Group {group_id} not found."
+            else:
+                err = 0
+        out.append({
+            "error_code": err, "error_message": message, "group_id": group_id,
+            "group_state": s.state if err != GROUP_ID_NOT_FOUND else DEAD,
+            "protocol_type": s.protocol_type, "protocol_data": s.protocol_name,
+            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "member_metadata": m.metadata, "member_assignment": m.assignment} for m in s.members],
+            "authorized_operations": ops,
+        })
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "groups": out})

@@ -1,0 +1,20 @@
+"""ListGroups (key 16): every classic group, filtered by state (v4+) and type (v5+, case-insensitive)."""
+from __future__ import annotations
+
+from protocol import kio_codec
+
+API_KEY = 16
+VERSIONS = (0, 5)
+DECODABLE = (0, 5)
+
+
+def handle(broker, req):
+    v = req.api_version
+    body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    groups = broker.groups.list_groups(list(getattr(body, "states_filter", ()) or ()),
+                                       list(getattr(body, "types_filter", ()) or ()))
+    return kio_codec.encode_response(API_KEY, v, {
+        "throttle_time": 0, "error_code": 0,
+        "groups": [{"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
+                    "group_type": g.group_type} for g in groups],
+    })

@@ -1,0 +1,46 @@
+"""OffsetCommit (key 8): group-managed commits (generation and member checked) and simple commits (generation -1,
+only while the group has no members).
+
+Advertised from v0 like Produce/Fetch (librdkafka 2.0.2 feature detection); kio decodes v2+ and clients use v2+.
+"""
+from __future__ import annotations
+
+import datetime
+
+from broker.group_coordinator import DEFAULT_RETENTION_TIME
+from protocol import kio_codec
+
+API_KEY = 8
+VERSIONS = (0, 9)
+DECODABLE = (2, 9)
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+_MS = datetime.timedelta(milliseconds=1)
+
+
+def handle(broker, req):
+    v = req.api_version
+    body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    retention = getattr(body, "retention_time", None)
+    retention_ms = retention // _MS if retention is not None else DEFAULT_RETENTION_TIME
+    errors: dict[tuple[str, int], int] = {}
+    offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    order: list[tuple[str, int]] = []
+    for t in body.topics:
+        info = broker.topics.get(t.name) if t.name is not None else None
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            order.append(tp)
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                errors[tp] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+    if offsets:
+        errors.update(broker.groups.commit_offsets(
+            body.group_id, body.generation_id_or_member_epoch, body.member_id,
+            getattr(body, "group_instance_id", None), offsets, retention_ms))
+    topics: dict[str, list] = {}
+    for tp in dict.fromkeys(order):
+        topics.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": errors[tp]})
+    return kio_codec.encode_response(API_KEY, v, {
+        "throttle_time": 0, "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]})

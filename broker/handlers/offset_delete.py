@@ -1,0 +1,38 @@
+"""OffsetDelete (key 47): deletes a group's committed offsets; GROUP_SUBSCRIBED_TO_TOPIC for topics the active
+members still subscribe to, NON_EMPTY_GROUP for active non-consumer groups."""
+from __future__ import annotations
+
+from protocol import kio_codec
+
+API_KEY = 47
+VERSIONS = (0, 0)
+DECODABLE = (0, 0)
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def handle(broker, req):
+    v = req.api_version
+    body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    errors: dict[tuple[str, int], int] = {}
+    order: list[tuple[str, int]] = []
+    known: list[tuple[str, int]] = []
+    for t in body.topics:
+        info = broker.topics.get(t.name) if t.name is not None else None
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            order.append(tp)
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                errors[tp] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                known.append(tp)
+    group_error, partition_errors = broker.groups.delete_offsets(body.group_id, known)
+    if group_error:
+        return kio_codec.encode_response(API_KEY, v, {"error_code": group_error, "throttle_time": 0, "topics": []})
+    errors.update(partition_errors)
+    topics: dict[str, list] = {}
+    for tp in dict.fromkeys(order):
+        topics.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": errors[tp]})
+    return kio_codec.encode_response(API_KEY, v, {
+        "error_code": 0, "throttle_time": 0,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]})

@@ -1,0 +1,56 @@
+"""OffsetFetch (key 9): committed offsets of one group (v1-7) or several (v8+); null topics mean all of them.
+A partition without a committed offset answers offset -1.
+
+Advertised from v0 like Produce/Fetch (librdkafka 2.0.2 feature detection); kio decodes v1+.
+"""
+from __future__ import annotations
+
+from protocol import kio_codec
+
+API_KEY = 9
+VERSIONS = (0, 9)
+DECODABLE = (1, 9)
+
+
+def _fetch(broker, group_id, topics):
+    """-> (group error, [topic dicts]) for one group; `topics` are request topics or None for all."""
+    if topics is None:
+        partitions = None
+    else:
+        partitions = [(t.name, p) for t in topics for p in (getattr(t, "partition_indexes", None) or ())]
+    err, found = broker.groups.fetch_offsets(group_id, partitions)
+    by_topic: dict[str, list] = {}
+    keys = partitions if partitions is not None else sorted(found)
+    if topics is not None:
+        for t in topics:   # keep requested topics even when they list no partitions
+            by_topic.setdefault(t.name, [])
+    for tp in keys:
+        om = found.get(tp)
+        by_topic.setdefault(tp[0], []).append({
+            "partition_index": tp[1],
+            "committed_offset": om.offset if om is not None else -1,
+            "committed_leader_epoch": om.leader_epoch if om is not None else -1,
+            "metadata": om.metadata if om is not None else "",
+            "error_code": 0,
+        })
+    return err, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+
+
+def handle(broker, req):
+    v = req.api_version
+    body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    if v >= 8:
+        groups = []
+        for g in body.groups:
+            err, topics = _fetch(broker, g.group_id, g.topics)
+            groups.append({"group_id": g.group_id, "error_code": err, "topics": [] if err else topics})
+        return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "groups": groups})
+    err, topics = _fetch(broker, body.group_id, body.topics)
+    if err and v < 2:
+        # v1 has no top-level error: report it on every requested partition.
+        for t in topics:
+            for p in t["partitions"]:
+                p["error_code"] = err
+    elif err:
+        topics = []
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": err, "topics": topics})
