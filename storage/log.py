@@ -21,7 +21,7 @@ from typing import Callable
 from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, set_log_append_time
 from storage.leader_epoch import LeaderEpochFileCache, fsync_dir, write_atomically
 from storage.log_config import LogConfig
-from storage.log_segment import LOG_SUFFIX, LogSegment
+from storage.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
 from storage.producer_state import ProducerAppendInfo, ProducerStateManager
 
 LOG_START_OFFSET_FILE = "log-start-offset"
@@ -86,7 +86,7 @@ class Log:
                 p.unlink(missing_ok=True)
         ckpt_start = self._read_log_start_offset()
         interval = self.config.index_interval_bytes
-        isize = self.config.segment_index_bytes
+        isize = min(self.config.segment_index_bytes, INT32_MAX)
         segs = [LogSegment(self.dir, b, max_index_size=isize, active=(i == len(bases) - 1),
                            index_interval_bytes=interval) for i, b in enumerate(bases)]
         if not segs:
@@ -167,7 +167,7 @@ class Log:
         self.producer_state.producers = {}
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment.create(self.dir, base_offset, self.config.segment_index_bytes,
+        return LogSegment.create(self.dir, base_offset, min(self.config.segment_index_bytes, INT32_MAX),
                                  self.config.index_interval_bytes)
 
     # ---- accessors ---------------------------------------------------------------------------------------
@@ -199,7 +199,8 @@ class Log:
         now = self._time_ms()
         cfg = self.config
         total = sum(h.size for h in headers)
-        if total > cfg.segment_bytes:
+        segment_bytes = min(cfg.segment_bytes, INT32_MAX)
+        if not headers or total > segment_bytes:
             return AppendResult(-1, -1, -1, self.log_start_offset, RECORD_LIST_TOO_LARGE,
                                 f"batch of {total} bytes exceeds segment.bytes {cfg.segment_bytes}")
         log_append_time = cfg.message_timestamp_type == "LogAppendTime"
@@ -235,7 +236,7 @@ class Log:
             self.roll()
         data = records if len(records) == total else memoryview(records)[:total]
         self.active_segment.append(data, headers, index_interval_bytes=cfg.index_interval_bytes,
-                                   segment_bytes=cfg.segment_bytes, now_ms=now)
+                                   segment_bytes=segment_bytes, now_ms=now)
         first = headers[0].base_offset
         latest = self.leader_epoch_cache.latest_epoch()
         if leader_epoch >= 0 and (latest is None or leader_epoch > latest):

@@ -29,12 +29,19 @@ LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX = ".log", ".index"
 
 _MIN_GROW = 256 * 1024
 _MAX_GROW = 16 * 1024 * 1024
+# Fault fresh pages in one madvise call ahead of the writer instead of one page fault per 4 KiB (Linux 5.14+;
+# measured: copying 1 MiB into a fresh mapping 0.3-2.2 ms of CPU, about 0.3 ms with the pages populated first).
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+_PREFAULT = 4 * 1024 * 1024
+_PAGE = mmap.PAGESIZE
+_populate_supported = [hasattr(mmap.mmap, "madvise")]
 _OFF_LEN = struct.Struct(">qi")            # baseOffset, batchLength
 _I32 = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
 _MAX_TIMESTAMP_AT = 35
 _I64 = struct.Struct(">q")
 MAX_RELATIVE_OFFSET = 2**31 - 1
+INT32_MAX = 2**31 - 1     # Kafka types segment.bytes and segment.index.bytes as int; index positions are u32
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -64,6 +71,7 @@ class LogSegment:
         self.size = self._file_len              # logical size; the Log fixes it for the active segment on load
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
+        self._populated = 0                     # bytes of the current mapping already faulted in for writing
         self._next_offset: int | None = None    # computed lazily for sealed segments
         self._max_ts: int | None = None         # lazily from the time index's last entry
         self._offset_of_max_ts = base_offset
@@ -103,6 +111,7 @@ class LogSegment:
         return self._view
 
     def _unmap(self) -> None:
+        self._populated = 0
         if self._view is not None:
             try:
                 self._view.release()
@@ -161,7 +170,7 @@ class LogSegment:
         """Kafka's LogSegment.shouldRoll; an empty segment never rolls (it would roll into itself)."""
         if self.size == 0:
             return False
-        return (self.size + n_bytes > config.segment_bytes
+        return (self.size + n_bytes > min(config.segment_bytes, INT32_MAX)
                 or (self.rolling_base_ms is not None and now_ms - self.rolling_base_ms > config.segment_ms)
                 or self.offset_index.entries + n_batches > self.offset_index.max_entries
                 or self.time_index.entries + n_batches > self.time_index.max_entries - 1
@@ -175,6 +184,8 @@ class LogSegment:
         self._ensure_capacity(pos + n, segment_bytes)
         if self._mm is None:
             self._map()
+        if pos + n > self._populated:
+            self._prefault(pos, pos + n)
         self._mm[pos:pos + n] = data
         for h in headers:
             self._on_batch(h, pos, index_interval_bytes)
@@ -183,6 +194,16 @@ class LogSegment:
         if self.rolling_base_ms is None:
             self.rolling_base_ms = now_ms
         return start
+
+    def _prefault(self, pos: int, upto: int) -> None:
+        start = max(self._populated, pos) // _PAGE * _PAGE
+        end = min(self._file_len, max(upto, start + _PREFAULT))
+        if _populate_supported[0] and end > start:
+            try:
+                self._mm.madvise(_MADV_POPULATE_WRITE, start, end - start)
+            except (OSError, ValueError):
+                _populate_supported[0] = False   # older kernel: plain page faults
+        self._populated = end
 
     def _on_batch(self, h: BatchHeader, pos: int, index_interval_bytes: int) -> None:
         """Index bookkeeping for one batch at `pos` (as Kafka: entry for a batch once interval bytes passed)."""

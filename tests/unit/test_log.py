@@ -401,3 +401,12 @@ def test_batch_larger_than_segment_is_rejected(tmp_path):
     log = Log(tmp_path / "t-0", LogConfig(segment_bytes=200))
     r = append(log, batch(1, value=b"x" * 300))
     assert r.error_code == 18 and log.log_end_offset == 0
+
+
+def test_out_of_int32_sizes_are_clamped_like_kafka(tmp_path):
+    # Kafka types segment.bytes / segment.index.bytes as int32; a long must not make the log unopenable.
+    cfg = LogConfig(segment_index_bytes=2**62, segment_bytes=2**62)
+    log = Log(tmp_path / "t-0", cfg)
+    assert append(log, batch(2)).base_offset == 0
+    log.close()
+    assert offsets(Log(tmp_path / "t-0", cfg, clean_shutdown=True).read(0, 1 << 20)) == [0, 1]
