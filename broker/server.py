@@ -65,11 +65,13 @@ class Broker:
 
 
 class KafkaConnection(asyncio.Protocol):
-    __slots__ = ("broker", "transport", "buf", "queue", "peer", "client_host", "paused", "closed")
+    __slots__ = ("broker", "transport", "size_buf", "frame", "filled", "queue", "peer", "client_host", "paused", "closed")
 
     def __init__(self, broker: Broker):
         self.broker = broker
-        self.buf = bytearray()
+        self.size_buf = bytearray()         # a frame's 4-byte size when it is split across reads
+        self.frame: bytearray | None = None  # the frame being filled, when it spans reads
+        self.filled = 0
         self.queue: deque[list] = deque()   # [done, header, body] in request order
         self.paused = False
         self.closed = False
@@ -115,29 +117,53 @@ class KafkaConnection(asyncio.Protocol):
 
     # ---- framing ---------------------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos = 0
-        n = len(buf)
-        while n - pos >= 4 and not self.closed:
-            size = I32.unpack_from(buf, pos)[0]
+        """Cut frames out of the stream with one copy each: a frame that arrives whole is copied out of `data`; a
+        frame that spans reads is filled in place into a buffer of its declared size (no growing receive buffer)."""
+        mv = memoryview(data)
+        i, n = 0, len(data)
+        while i < n and not self.closed:
+            frame = self.frame
+            if frame is not None:                      # filling a frame whose size we know
+                take = min(n - i, len(frame) - self.filled)
+                frame[self.filled:self.filled + take] = mv[i:i + take]
+                self.filled += take
+                i += take
+                if self.filled < len(frame):
+                    return
+                self.frame = None
+                self._handle(frame)
+                continue
+            size_buf = self.size_buf
+            if not size_buf and n - i >= 4:
+                size = I32.unpack_from(data, i)[0]
+                i += 4
+            else:
+                take = min(4 - len(size_buf), n - i)
+                size_buf += mv[i:i + take]
+                i += take
+                if len(size_buf) < 4:
+                    return
+                size = I32.unpack_from(size_buf, 0)[0]
+                size_buf.clear()
             if size < 0 or size > self.broker.max_request_size:
                 self.close("frame size %d outside [0, socket.request.max.bytes=%d]", size, self.broker.max_request_size)
                 return
-            end = pos + 4 + size
-            if end > n:
-                break
-            frame = buf[pos + 4:end]
-            pos = end
-            try:
-                self._dispatch(frame)
-            except MalformedRequest as e:
-                self.close("malformed request: %s", e)
-            except Exception:
-                log.exception("request from %s failed", self.peer)
-                self.close("internal error while handling a request")
-        if pos:
-            del buf[:pos]
+            if n - i >= size:
+                frame = bytearray(mv[i:i + size])
+                i += size
+                self._handle(frame)
+            else:
+                self.frame = bytearray(size)
+                self.filled = 0
+
+    def _handle(self, frame: bytearray) -> None:
+        try:
+            self._dispatch(frame)
+        except MalformedRequest as e:
+            self.close("malformed request: %s", e)
+        except Exception:
+            log.exception("request from %s failed", self.peer)
+            self.close("internal error while handling a request")
 
     # ---- dispatch --------------------------------------------------------------------------------------------
     def _dispatch(self, frame: bytearray) -> None:

@@ -80,16 +80,14 @@ def test_log_append_time_topic_overrides_producer_timestamps(broker, topic_name)
     delivered = produce_all(p, topic_name, [(b"k%d" % i, b"v%d" % i, None, old + i) for i in range(5)],
                             partition=0)
     after = now_ms()
-    # the delivery reports carry the broker's append time, not the producer's timestamps
-    stamps = {d.timestamp() for d in delivered}
-    assert len(stamps) == 1, stamps
-    [(ts_type, append_ts)] = stamps
-    assert ts_type == TIMESTAMP_LOG_APPEND_TIME
-    assert before - 1000 <= append_ts <= after + 1000
+    # the delivery reports carry the broker's append time (one per stored batch), not the producer's timestamps
+    assert {d.timestamp()[0] for d in delivered} == {TIMESTAMP_LOG_APPEND_TIME}
+    for d in delivered:
+        assert before - 1000 <= d.timestamp()[1] <= after + 1000
 
     got = consume(broker.bootstrap, topic_name, 5)
     assert [(m.key(), m.value()) for m in got] == [(b"k%d" % i, b"v%d" % i) for i in range(5)]
-    assert {m.timestamp() for m in got} == {(TIMESTAMP_LOG_APPEND_TIME, append_ts)}
+    assert [m.timestamp() for m in got] == [d.timestamp() for d in delivered]
 
 
 @pytest.mark.slow
@@ -269,9 +267,11 @@ def test_consume_from_middle_of_a_batch(broker, topic_name):
     p = producer(broker.bootstrap, **{"linger.ms": 1000, "batch.num.messages": 1000})
     produce_all(p, topic_name, [(b"k%d" % i, b"v%d" % i) for i in range(n)], partition=0)
     batches = stored_batches(broker, topic_name, min_records=n)
-    assert [(b["base_offset"], b["records_count"]) for b in batches] == [(0, n)], "expected a single batch"
-
-    for start in (5, 9):
+    # librdkafka may send the first message on its own before lingering; the rest share one batch
+    big = max(batches, key=lambda b: b["records_count"])
+    assert big["records_count"] >= 5, batches
+    last = big["base_offset"] + big["records_count"] - 1
+    for start in (big["base_offset"] + big["records_count"] // 2, last):
         got = consume(broker.bootstrap, topic_name, n - start, offset=start)
         assert [(m.offset(), m.key(), m.value()) for m in got] == [
             (i, b"k%d" % i, b"v%d" % i) for i in range(start, n)]
