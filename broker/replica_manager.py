@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from metadata.topic_store import TopicInfo, TopicStore
+from protocol.record_batch import split_and_validate
 from storage.log import Log
 
 log = logging.getLogger("strata.replica_manager")
@@ -107,6 +108,25 @@ class ReplicaManager:
         if result.error_code == 0 and not result.duplicate:
             part.wake_waiters()
         return result
+
+    def append_internal(self, topic: str, index: int, batch: bytes):
+        """Append a batch the broker built itself (internal topics such as __consumer_offsets)."""
+        part = self.partitions[(topic, index)]
+        buf = bytearray(batch)
+        headers = split_and_validate(buf, max(part.log.config.max_message_bytes, len(buf)))
+        result = self.append(part, buf, headers)
+        if result.error_code:
+            raise OSError(f"append to {topic}-{index} failed with error {result.error_code}: {result.error_message}")
+        return result
+
+    def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        """Create an internal topic at start-up if it does not exist yet (as Kafka does on first use)."""
+        info = self.topics.get(name)
+        if info is None:
+            info = self.topics.create(name, partitions, configs)
+            self.add_partitions(info, 0)
+            log.info("created internal topic %s with %d partitions", name, partitions)
+        return info
 
     async def wait_for_data(self, parts: list[Partition], timeout_s: float) -> None:
         """Park a Fetch until any of `parts` gets an append, or the timeout passes."""
