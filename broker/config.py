@@ -22,6 +22,28 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.retention.check.interval.ms": "300000",
     "max.incremental.fetch.session.cache.slots": "1000",
     "cluster.id": "",
+    # Tiered storage (KIP-405), Kafka's names and defaults; see docs/tiered-storage.md
+    "remote.log.storage.system.enable": "false",
+    "remote.log.storage.manager.store.url": "",
+    "remote.log.manager.task.interval.ms": "30000",
+    "remote.log.manager.copier.thread.pool.size": "10",
+    "remote.log.manager.expiration.thread.pool.size": "10",
+    "remote.log.reader.threads": "10",
+    "remote.log.reader.max.pending.tasks": "100",
+    "remote.fetch.max.wait.ms": "500",
+    "remote.list.offsets.request.timeout.ms": "30000",
+    "remote.log.metadata.topic.num.partitions": "50",
+    "remote.log.metadata.topic.retention.ms": "-1",
+    "remote.log.index.file.cache.total.size.bytes": "1073741824",
+    # Strata's remote reader (Kafka leaves chunking to the RSM plugin; these mirror Aiven's fetch.chunk.* settings)
+    "remote.log.reader.chunk.size.bytes": "4194304",
+    "remote.log.reader.chunk.cache.size.bytes": "134217728",
+    "remote.log.reader.prefetch.chunks": "2",
+    "metrics.port": "-1",
+    "log.cleaner.enable": "true",
+    "log.cleaner.threads": "1",
+    "log.cleaner.backoff.ms": "15000",
+    "log.cleaner.dedupe.buffer.size": "134217728",
 }
 
 _HOURS = 3_600_000
@@ -106,6 +128,18 @@ class BrokerConfig:
     @property
     def log_dir(self) -> Path:
         return Path(self.get("log.dirs").split(",")[0].strip())
+
+    REMOTE_STORE_PREFIX = "remote.log.storage.manager.store."
+
+    def remote_store_url(self) -> str:
+        return self.get(self.REMOTE_STORE_PREFIX + "url").strip()
+
+    def remote_store_options(self) -> dict[str, str]:
+        """`remote.log.storage.manager.store.<name>` (dots for underscores) -> open_object_store(**options),
+        e.g. `...store.endpoint.url` -> endpoint_url, `...store.access.key.id` -> access_key_id."""
+        pre = self.REMOTE_STORE_PREFIX
+        return {k[len(pre):].replace(".", "_"): v for k, v in self.props.items()
+                if k.startswith(pre) and k != pre + "url"}
 
     def log_defaults(self) -> dict[str, str]:
         return _log_defaults(self.props)

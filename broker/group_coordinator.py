@@ -23,8 +23,14 @@ Everything runs on the event loop thread, so no locks.
 
 Persistence: every state change that Kafka writes to `__consumer_offsets` goes through `_store_group` (group metadata
 and assignments, or a tombstone for a Dead group) and `_store_offsets` (commits, or tombstones for deleted/expired
-offsets). Both are no-ops returning NONE for now; they return a client-facing error code so a log-backed
-implementation can fail a SyncGroup or OffsetCommit the way Kafka does.
+offsets), which append Kafka-format records through broker/group_metadata_store.py before the client is answered and
+map a failed append to Kafka's error. At start-up every partition of __consumer_offsets is read back by an asyncio
+task; until a group's partition is loaded its APIs answer COORDINATOR_LOAD_IN_PROGRESS. Loaded groups come back in
+their last persisted state (Stable with members and generation, or Empty); their members expire by session timeout
+unless they heartbeat. Without a ReplicaManager (unit tests) the hooks are no-ops.
+
+KIP-848 consumer groups live in broker/consumer_group.py (`self.consumer`); the group ids of both kinds share one
+namespace, and the offset and admin APIs here forward consumer groups there.
 """
 from __future__ import annotations
 
@@ -37,12 +43,17 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from broker import group_metadata_store as gms
+from broker.consumer_group import ConsumerGroupCoordinator
+from broker.group_metadata_store import GroupMetadataStore, OffsetAndMetadata
+
 log = logging.getLogger("strata.groups")
 
 # ---- error codes ---------------------------------------------------------------------------------------------------
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 ILLEGAL_GENERATION = 22
@@ -126,15 +137,6 @@ class SyncResult:
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignment: bytes = b""
-
-
-@dataclass(slots=True)
-class OffsetAndMetadata:
-    offset: int
-    leader_epoch: int = -1
-    metadata: str = ""
-    commit_timestamp: int = 0
-    expire_timestamp: int | None = None   # only from OffsetCommit v2-4 with an explicit retention_time
 
 
 @dataclass(slots=True)
@@ -539,7 +541,7 @@ class GroupMetadata:
 class GroupCoordinator:
     """All classic groups of this broker. Public methods mirror the group APIs; JoinGroup/SyncGroup return Futures."""
 
-    def __init__(self, config=None, clock=None):
+    def __init__(self, config=None, clock=None, replicas=None):
         self.initial_rebalance_delay_ms = _setting(config, "group.initial.rebalance.delay.ms")
         self.min_session_timeout_ms = _setting(config, "group.min.session.timeout.ms")
         self.max_session_timeout_ms = _setting(config, "group.max.session.timeout.ms")
@@ -551,17 +553,32 @@ class GroupCoordinator:
         self.groups: dict[str, GroupMetadata] = {}
         self._cleanup_timer: asyncio.TimerHandle | None = None
         self._active = True
+        # __consumer_offsets (None without a ReplicaManager: nothing is persisted) and the partitions still loading.
+        self.store = GroupMetadataStore(replicas, config, self.now_ms) if replicas is not None else None
+        self.topics = getattr(replicas, "topics", None)
+        self._loading: set[int] = set()
+        self._load_task: asyncio.Task | None = None
+        self.consumer = ConsumerGroupCoordinator(self, config)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Call from the running event loop (Broker.start): schedules the offset-retention check."""
+        """Call from the running event loop (Broker.start, after ReplicaManager.startup): creates __consumer_offsets
+        if needed, starts loading it, and schedules the offset-retention check."""
         self._active = True
+        if self.store is not None:
+            self.store.ensure_topic()
+            self._loading = set(range(self.store.num_partitions))
+            self._load_task = self._loop().create_task(gms.load_groups(self))
         self._schedule_cleanup()
 
     def stop(self) -> None:
         """Cancel every timer and answer parked JoinGroup/SyncGroup requests with NOT_COORDINATOR (Kafka's
         onGroupUnloaded)."""
         self._active = False
+        if self._load_task is not None:
+            self._load_task.cancel()
+            self._load_task = None
+        self.consumer.stop()
         if self._cleanup_timer is not None:
             self._cleanup_timer.cancel()
             self._cleanup_timer = None
@@ -581,19 +598,38 @@ class GroupCoordinator:
     def now_ms(self) -> int:
         return self._clock()
 
-    # -- persistence hooks (no-ops until __consumer_offsets exists) --------------------------------------------------
-    def _store_group(self, group: GroupMetadata, assignment: dict[str, bytes] | None = None) -> int:
-        """Persist the group's metadata (generation, protocol, leader, members with their subscription metadata and
-        `assignment`), or a tombstone when the group is Dead. Returns a client-facing error code (Kafka maps
-        NOT_ENOUGH_REPLICAS/UNKNOWN_TOPIC_OR_PARTITION -> COORDINATOR_NOT_AVAILABLE, NOT_LEADER/KAFKA_STORAGE_ERROR
-        -> NOT_COORDINATOR, MESSAGE_TOO_LARGE -> UNKNOWN_SERVER_ERROR)."""
+    def _unavailable(self, group_id: str) -> int:
+        """NOT_COORDINATOR once stopped; COORDINATOR_LOAD_IN_PROGRESS while the group's partition is loading."""
+        if not self._active:
+            return NOT_COORDINATOR
+        if self._loading and self.store is not None and self.store.partition_for(group_id) in self._loading:
+            return COORDINATOR_LOAD_IN_PROGRESS
         return NONE
 
+    @property
+    def loading(self) -> bool:
+        return bool(self._loading)
+
+    # -- persistence hooks (broker/group_metadata_store.py) -----------------------------------------------------------
+    def _store_group(self, group: GroupMetadata, assignment: dict[str, bytes] | None = None) -> int:
+        """Persist the group's metadata (generation, protocol, leader, members with their subscription metadata and
+        `assignment`), or a tombstone when the group is Dead; returns the client-facing error (Kafka's mapping)."""
+        return self.store.store_group(group, assignment or {}) if self.store is not None else NONE
+
     def _store_offsets(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata | None]) -> int:
-        """Persist committed offsets; a None value is a tombstone (OffsetDelete, DeleteGroups, retention). Returns a
-        client-facing error code (Kafka maps MESSAGE_TOO_LARGE -> INVALID_COMMIT_OFFSET_SIZE, storage errors ->
-        COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR)."""
-        return NONE
+        """Persist committed offsets; a None value is a tombstone (OffsetDelete, DeleteGroups, retention). Returns the
+        client-facing error (Kafka's mapping, e.g. MESSAGE_TOO_LARGE -> INVALID_COMMIT_OFFSET_SIZE)."""
+        return self.store.store_offsets(group_id, offsets) if self.store is not None else NONE
+
+    def _forget_classic_group(self, group_id: str) -> None:
+        """An Empty classic group replaced by a consumer group (its tombstone is already written)."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            for timer in group.pending_members.values():
+                if timer is not None:
+                    timer.cancel()
+            group.pending_members.clear()
+            self._cancel_join(group)
 
     # -- helpers -----------------------------------------------------------------------------------------------------
     @staticmethod
@@ -628,8 +664,9 @@ class GroupCoordinator:
         if not self._valid_group_id(group_id, allow_empty=False):
             fut.set_result(JoinResult(INVALID_GROUP_ID, member_id))
             return fut
-        if not self._active:
-            fut.set_result(JoinResult(NOT_COORDINATOR, member_id))
+        err = self._unavailable(group_id)
+        if err != NONE:
+            fut.set_result(JoinResult(err, member_id))
             return fut
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             fut.set_result(JoinResult(INVALID_SESSION_TIMEOUT, member_id))
@@ -637,11 +674,23 @@ class GroupCoordinator:
         protocols = [(name, bytes(meta)) for name, meta in protocols]
         unknown = member_id == UNKNOWN_MEMBER
         group = self.groups.get(group_id)
+        offsets = {}
+        if group is None and group_id in self.consumer.groups:
+            # A consumer-protocol group: an Empty one is replaced by a classic group (keeping its offsets), as in
+            # Kafka; mixing protocols in one group (online migration) is not supported.
+            if self.consumer.groups[group_id].members or not unknown:
+                fut.set_result(JoinResult(INCONSISTENT_GROUP_PROTOCOL if unknown else UNKNOWN_MEMBER_ID, member_id))
+                return fut
+            err, offsets = self.consumer.convert_empty_to_classic(group_id)
+            if err != NONE:
+                fut.set_result(JoinResult(err, member_id))
+                return fut
         if group is None:
             if not unknown:
                 fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
                 return fut
             group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms())
+            group.offsets.update(offsets)
         if not self._accept_joining_member(group, member_id):
             log.info("group %s is full (group.max.size=%d), rejecting %s", group_id, self.max_group_size,
                      member_id or "a new member")
@@ -1003,8 +1052,9 @@ class GroupCoordinator:
         if not self._valid_group_id(group_id, allow_empty=False):
             fut.set_result(SyncResult(INVALID_GROUP_ID))
             return fut
-        if not self._active:
-            fut.set_result(SyncResult(NOT_COORDINATOR))
+        err = self._unavailable(group_id)
+        if err != NONE:
+            fut.set_result(SyncResult(err))
             return fut
         group = self.groups.get(group_id)
         if group is None:
@@ -1066,8 +1116,11 @@ class GroupCoordinator:
     def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> int:
         if not self._valid_group_id(group_id, allow_empty=False):
             return INVALID_GROUP_ID
-        if not self._active:
-            return NOT_COORDINATOR
+        err = self._unavailable(group_id)
+        if err != NONE:
+            # Kafka's classic coordinator answers a heartbeat for a loading group with NONE: the member keeps its
+            # session and finds out about the group once it is loaded.
+            return NONE if err == COORDINATOR_LOAD_IN_PROGRESS else err
         group = self.groups.get(group_id)
         if group is None:
             return UNKNOWN_MEMBER_ID
@@ -1091,8 +1144,9 @@ class GroupCoordinator:
         """members: [(member_id, group_instance_id, reason)] -> (group error, per-member errors)."""
         if not self._valid_group_id(group_id, allow_empty=False):
             return INVALID_GROUP_ID, []
-        if not self._active:
-            return NOT_COORDINATOR, []
+        err = self._unavailable(group_id)
+        if err != NONE:
+            return err, []
         group = self.groups.get(group_id)
         if group is None:
             return NONE, [UNKNOWN_MEMBER_ID] * len(members)
@@ -1134,20 +1188,28 @@ class GroupCoordinator:
     # -- offsets -----------------------------------------------------------------------------------------------------
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                        offsets: dict[tuple[str, int], tuple[int, int, str | None]],
-                       retention_ms: int = DEFAULT_RETENTION_TIME) -> dict[tuple[str, int], int]:
-        """offsets: {(topic, partition): (offset, leader_epoch, metadata)} -> {(topic, partition): error}."""
+                       retention_ms: int = DEFAULT_RETENTION_TIME,
+                       api_version: int | None = None) -> dict[tuple[str, int], int]:
+        """offsets: {(topic, partition): (offset, leader_epoch, metadata)} -> {(topic, partition): error}.
+        For a consumer-protocol group generation_id is the member epoch (checked by the consumer coordinator)."""
         def all_(err):
             return {tp: err for tp in offsets}
 
         if not self._valid_group_id(group_id, allow_empty=True):
             return all_(INVALID_GROUP_ID)
-        if not self._active:
-            return all_(NOT_COORDINATOR)
+        err = self._unavailable(group_id)
+        if err != NONE:
+            return all_(err)
+        if group_id in self.consumer.groups:
+            return self.consumer.commit_offsets(self.consumer.groups[group_id], generation_id, member_id,
+                                                group_instance_id, offsets, retention_ms, api_version)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                # From an older generation of a group that no longer exists: reject.
-                return all_(ILLEGAL_GENERATION)
+                # From an older generation of a group that no longer exists: reject (v9+: GROUP_ID_NOT_FOUND,
+                # which both protocols' clients understand).
+                return all_(GROUP_ID_NOT_FOUND if api_version is not None and api_version >= 9
+                            else ILLEGAL_GENERATION)
             # The group does not use Kafka's group management; it only stores offsets here.
             group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms())
         if group.is_(DEAD):
@@ -1188,16 +1250,25 @@ class GroupCoordinator:
         return {tp: results[tp] for tp in offsets}
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None,
-                      require_stable: bool = False) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata | None]]:
+                      require_stable: bool = False, member_id: str | None = None,
+                      member_epoch: int = -1) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata | None]]:
         """-> (group error, {(topic, partition): OffsetAndMetadata or None for "no committed offset"}).
         partitions None means every partition the group has offsets for. Offsets are returned whatever the group's
-        state: groups that only store offsets here have no members."""
+        state: groups that only store offsets here have no members. member_id/member_epoch (OffsetFetch v9+) are
+        checked for consumer-protocol groups."""
         if not self._valid_group_id(group_id, allow_empty=True):
             return INVALID_GROUP_ID, {}
-        if not self._active:
-            return NOT_COORDINATOR, {}
-        group = self.groups.get(group_id)
-        if group is None or group.is_(DEAD):
+        err = self._unavailable(group_id)
+        if err != NONE:
+            return err, {}
+        group = self.consumer.groups.get(group_id)
+        if group is not None:
+            err = self.consumer.validate_offset_fetch(group, member_id, member_epoch)
+            if err != NONE:
+                return err, {}
+        else:
+            group = self.groups.get(group_id)
+        if group is None or getattr(group, "state", None) == DEAD:
             return NONE, {tp: None for tp in (partitions or [])}
         if partitions is None:
             return NONE, dict(group.offsets)
@@ -1209,8 +1280,11 @@ class GroupCoordinator:
         error."""
         if not self._valid_group_id(group_id, allow_empty=False):
             return INVALID_GROUP_ID, {}
-        if not self._active:
-            return NOT_COORDINATOR, {}
+        err = self._unavailable(group_id)
+        if err != NONE:
+            return err, {}
+        if group_id in self.consumer.groups:
+            return NONE, self.consumer.delete_offsets(self.consumer.groups[group_id], partitions)
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return GROUP_ID_NOT_FOUND, {}
@@ -1241,20 +1315,20 @@ class GroupCoordinator:
         for group in self.groups.values():
             if group.is_(DEAD):
                 continue
-            ov = group.overview()
-            if want_states is not None and ov.state.lower() not in want_states:
-                continue
-            if want_types is not None and ov.group_type not in want_types:
-                continue
-            out.append(ov)
-        return out
+            out.append(group.overview())
+        for group in self.consumer.groups.values():
+            if group.exists:
+                out.append(GroupOverview(group.group_id, CONSUMER_PROTOCOL_TYPE, group.state(), "consumer"))
+        return [ov for ov in out if (want_states is None or ov.state.lower() in want_states)
+                and (want_types is None or ov.group_type in want_types)]
 
     def describe_group(self, group_id: str) -> GroupSummary:
         if not self._valid_group_id(group_id, allow_empty=True):
             return GroupSummary(INVALID_GROUP_ID, DEAD, "", "", [])
-        if not self._active:
-            return GroupSummary(NOT_COORDINATOR, DEAD, "", "", [])
-        group = self.groups.get(group_id)
+        err = self._unavailable(group_id)
+        if err != NONE:
+            return GroupSummary(err, DEAD, "", "", [])
+        group = self.groups.get(group_id)   # a consumer-protocol group is not a classic group: GROUP_ID_NOT_FOUND
         if group is None or group.is_(DEAD):
             return GroupSummary(GROUP_ID_NOT_FOUND, DEAD, "", "", [])
         return group.summary()
@@ -1265,8 +1339,12 @@ class GroupCoordinator:
             if not self._valid_group_id(group_id, allow_empty=True):
                 errors[group_id] = INVALID_GROUP_ID
                 continue
-            if not self._active:
-                errors[group_id] = NOT_COORDINATOR
+            err = self._unavailable(group_id)
+            if err != NONE:
+                errors[group_id] = err
+                continue
+            if group_id in self.consumer.groups:
+                errors[group_id] = self.consumer.delete_group(self.consumer.groups[group_id])
                 continue
             group = self.groups.get(group_id)
             if group is None or group.is_(DEAD):
@@ -1309,7 +1387,7 @@ class GroupCoordinator:
                 removed += len(gone)
             if gone and group.is_(EMPTY) and not group.offsets:
                 self._remove_group(group)
-        return removed
+        return removed + self.consumer.on_topics_deleted(topics)
 
     # -- offset retention --------------------------------------------------------------------------------------------
     def _schedule_cleanup(self) -> None:
@@ -1342,4 +1420,4 @@ class GroupCoordinator:
             if group.is_(EMPTY) and not group.offsets:
                 log.info("group %s is now Dead (empty, no offsets)", group.group_id)
                 self._remove_group(group)
-        return removed
+        return removed + self.consumer.cleanup_expired_offsets(now, self.offsets_retention_ms)

@@ -13,6 +13,7 @@ from pathlib import Path
 from metadata.topic_store import TopicInfo, TopicStore
 from protocol.record_batch import split_and_validate
 from storage.log import Log
+from storage.log_cleaner import LogCleaner
 
 log = logging.getLogger("strata.replica_manager")
 
@@ -44,6 +45,8 @@ class ReplicaManager:
         self.log_dir: Path = config.log_dir
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._tasks: list[asyncio.Task] = []
+        self.remote_log_manager = None    # storage.remote_log_manager.RemoteLogManager when tiered storage is on
+        self.cleaner: LogCleaner | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -63,10 +66,15 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._flush_loop()))
+        if self.config.get_bool("log.cleaner.enable"):     # log compaction: storage/log_cleaner.py
+            self.cleaner = LogCleaner(self.config, self)
+            self.cleaner.start()
 
     def shutdown(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self.cleaner is not None:
+            self.cleaner.stop()
         for part in self.partitions.values():
             part.log.close()
         (self.log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
@@ -75,7 +83,9 @@ class ReplicaManager:
     # ---- partitions ------------------------------------------------------------------------------------------
     def _open(self, t: TopicInfo, p: int, clean: bool = False) -> Partition:
         cfg = self.config.log_config(t.configs)
-        plog = Log(self.log_dir / f"{t.name}-{p}", cfg, clean_shutdown=clean)
+        rlm = self.remote_log_manager
+        plog = Log(self.log_dir / f"{t.name}-{p}", cfg, clean_shutdown=clean,
+                   remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg))
         part = Partition(t.name, p, plog)
         self.partitions[(t.name, p)] = part
         return part
@@ -86,8 +96,12 @@ class ReplicaManager:
     def add_partitions(self, t: TopicInfo, old_count: int) -> None:
         for p in range(old_count, t.partitions):
             self._open(t, p)
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.on_topic_created(t)
 
     def delete_topic(self, t: TopicInfo) -> None:
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.on_topic_deleted(t)     # stop tiering, delete the remote data in the background
         for p in range(t.partitions):
             part = self.partitions.pop((t.name, p), None)
             if part is not None:
@@ -101,6 +115,8 @@ class ReplicaManager:
             part = self.partitions.get((t.name, p))
             if part is not None:
                 part.log.update_config(cfg)
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.on_config_changed(t)
 
     # ---- data path -------------------------------------------------------------------------------------------
     def append(self, part: Partition, records, headers):

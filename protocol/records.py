@@ -273,3 +273,96 @@ def recompress_batch(batch, codec: int) -> bytearray:
         records, codec, base_offset=h.base_offset, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
         base_sequence=h.base_sequence, attributes=h.attributes & ~COMPRESSION_MASK,
         partition_leader_epoch=h.partition_leader_epoch))
+
+
+# --- key-level scanning (log compaction, compacted-topic produce checks) --------------------------------
+
+# One tuple per record, positions relative to the records section it was scanned from:
+#   (start, attributes_pos, timestamp_delta_end, stop, timestamp_delta, offset_delta, key, is_tombstone)
+# buf[start:stop] is the whole record (length varint included); buf[attributes_pos] its attributes byte;
+# buf[timestamp_delta_end:stop] everything after the timestamp delta (what a re-based record keeps).
+RecordSpan = tuple
+
+
+def scan_records(buf: bytes, pos: int, end: int, count: int) -> list[RecordSpan]:
+    """Walk `count` records of an uncompressed records section buf[pos:end], decoding only the timestamp and
+    offset deltas, the key and whether the value is null (compaction's view of a record; values and headers
+    are skipped). Raises CorruptRecordError unless the records fill the section exactly."""
+    out: list[RecordSpan] = []
+    append = out.append
+    try:
+        for i in range(count):
+            start = pos
+            b = buf[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                length, pos = _read_varint(buf, pos)
+            stop = pos + length
+            if length <= 0 or stop > end:
+                raise CorruptRecordError(f"record {i} of {count}: length {length} does not fit the records section")
+            attrs_at = pos
+            p = pos + 1
+            b = buf[p]
+            if b < 0x80:
+                ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                ts_delta, p = _read_varint(buf, p)
+            ts_end = p
+            b = buf[p]
+            if b < 0x80:
+                offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                offset_delta, p = _read_varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                key_len, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                key_len, p = _read_varint(buf, p)
+            if key_len >= 0:
+                key = buf[p:p + key_len]
+                p += key_len
+            else:
+                key = None
+            b = buf[p]
+            if b < 0x80:
+                value_len = (b >> 1) ^ -(b & 1)
+            else:
+                value_len = _read_varint(buf, p)[0]
+            if p >= stop:
+                raise CorruptRecordError(f"record {i} of {count}: key runs past the record")
+            append((start, attrs_at, ts_end, stop, ts_delta, offset_delta, key, value_len < 0))
+            pos = stop
+    except IndexError:
+        raise CorruptRecordError(f"records section ends inside a record of {count}") from None
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left over after the batch's {count} records")
+    return out
+
+
+def records_section(batch, h=None) -> bytes:
+    """The uncompressed records section of the batch at batch[0] (decompressed if needed)."""
+    if h is None:
+        h = read_header(batch, 0)
+    codec = h.attributes & COMPRESSION_MASK
+    body = memoryview(batch)[HEADER_SIZE:h.size]
+    if codec == compression.NONE:
+        return bytes(body)
+    try:
+        return compression.decompress(codec, body)
+    except compression.CompressionError as e:
+        raise CorruptRecordError(f"batch at offset {h.base_offset}: {e}") from e
+
+
+def has_null_key(buf) -> bool:
+    """True if any record of the batches in `buf` has a null key (a compacted topic refuses them). Decompresses
+    and walks keys only; raises CorruptRecordError for records that do not decode."""
+    mv = memoryview(buf)
+    for pos, h in iter_batches(mv):
+        if h.attributes & CONTROL_BIT:
+            continue
+        section = records_section(mv[pos:pos + h.size], h)
+        for span in scan_records(section, 0, len(section), h.records_count):
+            if span[6] is None:
+                return True
+    return False

@@ -21,6 +21,7 @@ from typing import Callable
 from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, set_log_append_time
 from storage.leader_epoch import LeaderEpochFileCache, fsync_dir, write_atomically
 from storage.log_config import LogConfig
+from storage.log_cleaner import complete_interrupted_swaps
 from storage.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
 from storage.producer_state import ProducerAppendInfo, ProducerStateManager
 
@@ -54,9 +55,15 @@ class Log:
     """One partition's local log (the local part of Kafka's UnifiedLog)."""
 
     def __init__(self, dir: Path, config: LogConfig, *, clean_shutdown: bool = False,
-                 time_ms: Callable[[], int] = _wall_ms, producer_id_expiration_ms: int = 86_400_000):
+                 time_ms: Callable[[], int] = _wall_ms, producer_id_expiration_ms: int = 86_400_000,
+                 remote_log_enabled: bool = False):
         self.dir = Path(dir)
         self.config = config
+        # Tiered storage (KIP-405): with remote_log_enabled the log start offset covers the remote tier too, local
+        # segments are deleted only once copied (highest_offset_in_remote_storage, kept by the RemoteLogManager)
+        # and local retention uses local.retention.*; see storage/remote_log_manager.py.
+        self.remote_log_enabled = remote_log_enabled
+        self.highest_offset_in_remote_storage = -1
         self._time_ms = time_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -66,6 +73,8 @@ class Log:
             (self.dir / "leader-epoch-checkpoint").unlink()
             self.leader_epoch_cache = LeaderEpochFileCache(self.dir)
         self.producer_state = ProducerStateManager(self.dir)
+        if remote_log_enabled:
+            self.set_remote_log_enabled(True)
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._closed = False
@@ -76,6 +85,7 @@ class Log:
     # ---- loading and recovery ----------------------------------------------------------------------------
     def _load(self, clean: bool) -> None:
         now = self._time_ms()
+        complete_interrupted_swaps(self.dir)   # a committed log cleaner swap (.swap) first: then .cleaned/.swap are strays
         for p in list(self.dir.iterdir()):
             if p.name.endswith(_STRAY_SUFFIXES):
                 p.unlink(missing_ok=True)
@@ -117,6 +127,8 @@ class Log:
         self.log_end_offset = self.high_watermark = leo
         self.leader_epoch_cache.truncate_from_end(leo)
         start = max(ckpt_start, segs[0].base_offset)
+        if self.remote_log_enabled and ckpt_start < segs[0].base_offset:
+            start = ckpt_start                # [log start, local log start) lives in the remote tier
         if start > leo:
             self._truncate_fully_and_start_at(start)
         self.log_start_offset = start
@@ -181,6 +193,34 @@ class Log:
 
     def segments(self) -> list[LogSegment]:
         return list(self._segments)
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """First offset held locally; equals log_start_offset unless older data lives in the remote tier."""
+        return max(self.log_start_offset, self._segments[0].base_offset)
+
+    def set_remote_log_enabled(self, enabled: bool) -> None:
+        """Tiering on/off for this log. While on, producer snapshots are kept for every local segment (the copy
+        task uploads the one at each segment's end) and removed with the segments, as Kafka does."""
+        self.remote_log_enabled = enabled
+        self.producer_state.snapshots_to_keep = 2**31 if enabled else 3
+
+    @property
+    def remote_copy_enabled(self) -> bool:
+        """Kafka's remoteLogEnabledAndRemoteCopyEnabled (KIP-950 remote.log.copy.disable)."""
+        return self.remote_log_enabled and not self.config.remote_log_copy_disable
+
+    def only_local_log_segments_size(self) -> int:
+        """Bytes of local segments not yet in the remote tier (Kafka's onlyLocalLogSegmentsSize)."""
+        hi = self.highest_offset_in_remote_storage
+        return sum(s.size for s in self._segments if s.base_offset >= hi)
+
+    def update_log_start_offset_from_remote_tier(self, offset: int) -> None:
+        """Remote retention deleted segments up to offset-1: move the log start (never beyond the high watermark);
+        local segments below it go at the next retention pass."""
+        offset = min(offset, self.high_watermark)
+        if offset > self.log_start_offset:
+            self._set_log_start_offset(offset)
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
@@ -269,9 +309,9 @@ class Log:
         """Whole batches from the one containing fetch_offset, at most max_bytes (unless min_one_message and
         the first batch alone is larger), none starting at or beyond max_offset. Zero-copy mmap slices."""
         leo = self.log_end_offset
-        if fetch_offset < self.log_start_offset or fetch_offset > leo:
-            raise OffsetOutOfRangeError(f"offset {fetch_offset} is outside [{self.log_start_offset}, {leo}] "
-                                        f"of {self.dir.name}")
+        start = self.local_log_start_offset
+        if fetch_offset < start or fetch_offset > leo:
+            raise OffsetOutOfRangeError(f"offset {fetch_offset} is outside [{start}, {leo}] of {self.dir.name}")
         limit = leo if max_offset is None else min(max_offset, leo)
         out: list[memoryview] = []
         if fetch_offset >= limit:
@@ -302,7 +342,7 @@ class Log:
         for seg in self._segments:
             if seg.max_timestamp_so_far < timestamp:
                 continue
-            found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            found = seg.find_offset_by_timestamp(timestamp, self.local_log_start_offset)
             if found is not None:
                 return found
         return None
@@ -330,18 +370,33 @@ class Log:
     def _below_log_start(self, seg: LogSegment, nxt: LogSegment | None) -> bool:
         return nxt is not None and nxt.base_offset <= self.log_start_offset
 
+    def _in_remote_tier(self, seg: LogSegment, nxt: LogSegment | None, upper: int) -> bool:
+        """Kafka's isSegmentEligibleForDeletion: with remote copy on, only copied segments (or ones below the
+        log start) may go."""
+        if not self.remote_copy_enabled:
+            return True
+        return (0 < upper and upper - 1 <= self.highest_offset_in_remote_storage) or \
+            (nxt is not None and self.log_start_offset >= nxt.base_offset)
+
     def delete_old_segments(self) -> int:
         """Retention (Kafka's deleteOldSegments): segments below the log start, then, for cleanup.policy
-        delete, by retention.ms (largest timestamp) and retention.bytes. Returns how many were deleted."""
+        delete, by retention.ms (largest timestamp) and retention.bytes. Returns how many were deleted.
+
+        Tiered logs (remote copy on) use local.retention.ms/bytes (-2 = the total retention) and delete a segment
+        only once the remote tier holds it (or the log start passed it); only the local log start moves. The
+        active segment is rolled when it alone breaches retention so the copy task can offload it."""
         now = self._time_ms()
         cfg = self.config
         n = self._delete_segments(self._deletable(self._below_log_start))
         if "delete" in cfg.cleanup_policy:
-            if cfg.retention_ms >= 0:
+            tiered = self.remote_copy_enabled
+            retention_ms = cfg.local_retention_ms_effective if tiered else cfg.retention_ms
+            retention_bytes = cfg.local_retention_bytes_effective if tiered else cfg.retention_bytes
+            if retention_ms >= 0:
                 n += self._delete_segments(self._deletable(
-                    lambda seg, nxt: now - seg.largest_timestamp > cfg.retention_ms))
-            if cfg.retention_bytes >= 0:
-                excess = self.size_bytes() - cfg.retention_bytes
+                    lambda seg, nxt: now - seg.largest_timestamp > retention_ms))
+            if retention_bytes >= 0:
+                excess = self.size_bytes() - retention_bytes
 
                 def over_size(seg: LogSegment, nxt) -> bool:
                     nonlocal excess
@@ -358,12 +413,19 @@ class Log:
         below the high watermark; never the active segment when it is empty."""
         out = []
         segs = self._segments
+        should_roll = False
         for i, seg in enumerate(segs):
             nxt = segs[i + 1] if i + 1 < len(segs) else None
             upper = nxt.base_offset if nxt is not None else self.log_end_offset
             if (nxt is None and seg.size == 0) or self.high_watermark < upper or not predicate(seg, nxt):
                 break
+            if nxt is None and self.remote_log_enabled:
+                should_roll = True            # the active segment breached retention: roll it so it can be tiered
+            if not self._in_remote_tier(seg, nxt, upper):
+                break
             out.append(seg)
+        if should_roll:
+            self.roll()
         return out
 
     def _delete_segments(self, doomed: list[LogSegment]) -> int:
@@ -376,9 +438,31 @@ class Log:
         self._bases = [s.base_offset for s in self._segments]
         for seg in doomed:
             seg.delete()
-        if self._segments[0].base_offset > self.log_start_offset:
-            self._set_log_start_offset(self._segments[0].base_offset)
+        first = self._segments[0].base_offset
+        if self.remote_log_enabled:
+            # only the local log start moves (it is derived from the first segment); the remote tier keeps the rest
+            for off in self.producer_state.snapshot_offsets():
+                if off < first:
+                    self.producer_state.delete_snapshot(off)
+        elif first > self.log_start_offset:
+            self._set_log_start_offset(first)
         return len(doomed)
+
+    # ---- compaction (storage/log_cleaner.py) -----------------------------------------------------------
+    def replace_segments(self, old: list[LogSegment], install: Callable[[], LogSegment]) -> bool:
+        """Swap `old`, consecutive sealed segments of this log, for the one segment `install()` puts on disk and
+        opens (the log cleaner's swap). Runs on the event loop like every mutator. Returns False, doing nothing,
+        if the log is closed or `old` is no longer in it as it was (retention or a truncation got there first)."""
+        segs = self._segments
+        if self._closed or not old:
+            return False
+        i = next((k for k, s in enumerate(segs) if s is old[0]), -1)
+        if i < 0 or i + len(old) >= len(segs) or any(segs[i + k] is not s for k, s in enumerate(old)):
+            return False
+        new = install()
+        self._segments = segs[:i] + [new] + segs[i + len(old):]
+        self._bases = [s.base_offset for s in self._segments]
+        return True
 
     # ---- durability and lifecycle ------------------------------------------------------------------------
     def flush(self) -> None:

@@ -14,7 +14,7 @@ LONG_MAX = 2**63 - 1
 class TopicConfigDef:
     name: str            # topic-level name, e.g. "segment.bytes"
     broker_name: str     # broker default it falls back to, e.g. "log.segment.bytes"
-    kind: type           # int, str or bool
+    kind: type           # int, float, str or bool
     default: object
     valid: tuple = ()    # allowed values for enums
 
@@ -41,6 +41,11 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
     TopicConfigDef("local.retention.ms", "log.local.retention.ms", int, -2),
     TopicConfigDef("local.retention.bytes", "log.local.retention.bytes", int, -2),
     TopicConfigDef("remote.storage.enable", "remote.storage.enable", bool, False),
+    TopicConfigDef("remote.log.copy.disable", "remote.log.copy.disable", bool, False),
+    TopicConfigDef("remote.log.delete.on.disable", "remote.log.delete.on.disable", bool, False),
+    TopicConfigDef("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", float, 0.5),
+    TopicConfigDef("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", int, 0),
+    TopicConfigDef("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", int, LONG_MAX),
 )}
 
 
@@ -53,6 +58,14 @@ def parse_value(d: TopicConfigDef, raw: object) -> object:
         if s not in ("true", "false"):
             raise ValueError(f"Invalid value {raw} for configuration {d.name}: Expected value to be either true or false")
         return s == "true"
+    if d.kind is float:
+        try:
+            f = float(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"Invalid value {raw} for configuration {d.name}: Not a number of type DOUBLE") from None
+        if d.name == "min.cleanable.dirty.ratio" and not 0.0 <= f <= 1.0:
+            raise ValueError(f"Invalid value {f} for configuration {d.name}: Value must be between 0 and 1")
+        return f
     if d.kind is int:
         try:
             v = int(str(raw).strip())
@@ -60,11 +73,12 @@ def parse_value(d: TopicConfigDef, raw: object) -> object:
             raise ValueError(f"Invalid value {raw} for configuration {d.name}: Not a number of type LONG") from None
         if d.name in ("segment.bytes",) and v < 14:
             raise ValueError(f"Invalid value {v} for configuration {d.name}: Value must be at least 14")
-        if d.name in ("index.interval.bytes", "max.message.bytes", "segment.index.bytes") and v < 0:
+        if d.name in ("index.interval.bytes", "max.message.bytes", "segment.index.bytes", "min.compaction.lag.ms",
+                      "delete.retention.ms") and v < 0:
             raise ValueError(f"Invalid value {v} for configuration {d.name}: Value must be at least 0")
         if d.name in ("segment.ms", "flush.ms", "flush.messages") and v < 1:
             raise ValueError(f"Invalid value {v} for configuration {d.name}: Value must be at least 1")
-        if d.name == "min.insync.replicas" and v < 1:
+        if d.name in ("min.insync.replicas", "max.compaction.lag.ms") and v < 1:
             raise ValueError(f"Invalid value {v} for configuration {d.name}: Value must be at least 1")
         if d.name in ("retention.ms", "retention.bytes", "local.retention.ms", "local.retention.bytes") and v < -2:
             raise ValueError(f"Invalid value {v} for configuration {d.name}: Value must be at least -2")
@@ -101,6 +115,11 @@ class LogConfig:
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
     remote_storage_enable: bool = False
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
 
     @classmethod
     def resolve(cls, broker_defaults: dict[str, object], overrides: dict[str, object]) -> "LogConfig":
@@ -119,3 +138,12 @@ class LogConfig:
 
     def get(self, name: str) -> object:
         return getattr(self, name.replace(".", "_"))
+
+    # Tiered storage (KIP-405): -2 means "same as the total retention" (Kafka's UnifiedLog.localRetentionMs/Size).
+    @property
+    def local_retention_ms_effective(self) -> int:
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def local_retention_bytes_effective(self) -> int:
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes

@@ -15,6 +15,7 @@ _MODULES = (
     "describe_cluster",
     "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group", "offset_commit", "offset_fetch",
     "list_groups", "describe_groups", "delete_groups", "offset_delete",
+    "consumer_group_heartbeat", "consumer_group_describe",
 )
 
 

@@ -13,7 +13,7 @@ TOPIC, BROKER = 2, 4
 # ConfigSource values
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 # ConfigType values
-_TYPE = {bool: 1, str: 2, int: 5}
+_TYPE = {bool: 1, str: 2, int: 5, float: 6}
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_REQUEST = 42
 

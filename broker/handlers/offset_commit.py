@@ -1,5 +1,6 @@
 """OffsetCommit (key 8): group-managed commits (generation and member checked) and simple commits (generation -1,
-only while the group has no members).
+only while the group has no members). For consumer-protocol (KIP-848) groups the generation is the member epoch
+(STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID).
 
 Advertised from v0 like Produce/Fetch (librdkafka 2.0.2 feature detection); kio decodes v2+ and clients use v2+.
 """
@@ -38,7 +39,7 @@ def handle(broker, req):
     if offsets:
         errors.update(broker.groups.commit_offsets(
             body.group_id, body.generation_id_or_member_epoch, body.member_id,
-            getattr(body, "group_instance_id", None), offsets, retention_ms))
+            getattr(body, "group_instance_id", None), offsets, retention_ms, api_version=v))
     topics: dict[str, list] = {}
     for tp in dict.fromkeys(order):
         topics.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": errors[tp]})

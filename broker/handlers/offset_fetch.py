@@ -12,13 +12,14 @@ VERSIONS = (0, 9)
 DECODABLE = (1, 9)
 
 
-def _fetch(broker, group_id, topics):
-    """-> (group error, [topic dicts]) for one group; `topics` are request topics or None for all."""
+def _fetch(broker, group_id, topics, member_id=None, member_epoch=-1):
+    """-> (group error, [topic dicts]) for one group; `topics` are request topics or None for all. member_id and
+    member_epoch (v9+) are checked for consumer-protocol (KIP-848) groups."""
     if topics is None:
         partitions = None
     else:
         partitions = [(t.name, p) for t in topics for p in (getattr(t, "partition_indexes", None) or ())]
-    err, found = broker.groups.fetch_offsets(group_id, partitions)
+    err, found = broker.groups.fetch_offsets(group_id, partitions, member_id=member_id, member_epoch=member_epoch)
     by_topic: dict[str, list] = {}
     keys = partitions if partitions is not None else sorted(found)
     if topics is not None:
@@ -42,7 +43,8 @@ def handle(broker, req):
     if v >= 8:
         groups = []
         for g in body.groups:
-            err, topics = _fetch(broker, g.group_id, g.topics)
+            err, topics = _fetch(broker, g.group_id, g.topics, getattr(g, "member_id", None),
+                                 getattr(g, "member_epoch", -1))
             groups.append({"group_id": g.group_id, "error_code": err, "topics": [] if err else topics})
         return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "groups": groups})
     err, topics = _fetch(broker, body.group_id, body.topics)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from protocol.record_batch import InvalidRecordError, split_and_validate
-from protocol.records import recompress_batch
+from protocol.records import has_null_key, recompress_batch
 from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, read_array_len, read_bytes_view, read_i16, read_i32,
                            read_string, skip_tagged_fields, string)
 
@@ -81,6 +81,8 @@ def handle(broker, req):
                 try:
                     cfg = part.log.config
                     headers = split_and_validate(records, cfg.max_message_bytes)
+                    if "compact" in cfg.cleanup_policy:
+                        _check_keys(records, name, index)
                     target = _TARGET_CODEC.get(cfg.compression_type)
                     if target is not None and headers[0].compression != target:
                         records = _recompress(records, target)
@@ -107,6 +109,17 @@ def handle(broker, req):
 
 
 _TARGET_CODEC = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # "producer": keep as sent
+
+
+def _check_keys(records, topic: str, index: int) -> None:
+    """Kafka's LogValidator for compacted topics: every record needs a key (only these topics decode records)."""
+    try:
+        missing = has_null_key(records)
+    except ValueError as e:
+        raise InvalidRecordError(CORRUPT_MESSAGE, f"cannot decode records: {e}") from None
+    if missing:
+        raise InvalidRecordError(INVALID_RECORD,
+                                 f"Compacted topic cannot accept message without key in topic partition {topic}-{index}.")
 
 
 def _recompress(records, codec: int) -> bytearray:
