@@ -69,8 +69,46 @@ def check_create(broker, name: str, num_partitions: int, replication_factor: int
                          f"Unable to replicate the partition {replication_factor} time(s): The target replication "
                          f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
     normalized = validate_configs(configs or {})
-    broker.config.log_config(normalized)  # full resolution must succeed too
+    validate_remote_storage(broker, name, normalized)   # also resolves the full config
     return num_partitions, normalized
+
+
+_DISABLE_WITHOUT_DELETE = (
+    "It is invalid to disable remote storage without deleting remote data. If you want to keep the remote data and "
+    "turn to read only, please set `remote.storage.enable=true,remote.log.copy.disable=true`. If you want to disable "
+    "remote storage and delete all remote data, please set "
+    "`remote.storage.enable=false,remote.log.delete.on.disable=true`.")
+
+
+def validate_remote_storage(broker, name: str, new: dict[str, str], old: dict[str, str] | None = None) -> None:
+    """Kafka's tiered-storage topic config rules (LogConfig.validate*): the broker must have
+    remote.log.storage.system.enable=true, internal topics are never tiered, only cleanup.policy=delete, local
+    retention within the total retention, and turning tiering off needs remote.log.delete.on.disable=true."""
+    try:
+        cfg = broker.config.log_config(new)
+        was = broker.config.log_config(old).remote_storage_enable if old is not None else False
+    except ValueError as e:
+        raise AdminError(INVALID_CONFIG, str(e)) from None
+    if cfg.remote_storage_enable:
+        if not broker.config.get_bool("remote.log.storage.system.enable"):
+            raise AdminError(INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+                                             "configured with remote log storage.")
+        if name.startswith("__"):
+            raise AdminError(INVALID_CONFIG, f"Remote log storage cannot be enabled for the internal topic {name}")
+        if cfg.cleanup_policy != "delete":
+            raise AdminError(INVALID_CONFIG, "Remote log storage only supports topics with cleanup.policy=delete")
+        for kind, total, local in (("ms", cfg.retention_ms, cfg.local_retention_ms),
+                                   ("bytes", cfg.retention_bytes, cfg.local_retention_bytes)):
+            if total > -1 and local != -2:
+                if local == -1:
+                    raise AdminError(INVALID_CONFIG, f"Invalid value -1 for configuration local.retention.{kind}: "
+                                                     f"Value must not be -1 as retention.{kind} value is set as {total}.")
+                if local > total:
+                    raise AdminError(INVALID_CONFIG, f"Invalid value {local} for configuration local.retention.{kind}: "
+                                                     f"Value must not be more than retention.{kind} property value: "
+                                                     f"{total}")
+    elif was and not cfg.remote_log_delete_on_disable:
+        raise AdminError(INVALID_CONFIG, _DISABLE_WITHOUT_DELETE)
 
 
 INVALID_REQUEST_CODE = 42

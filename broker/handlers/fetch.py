@@ -14,11 +14,13 @@ from broker.fetch_session import FetchSession, SessionPartition
 from protocol import kio_codec
 from protocol.wire import I16, I32, I64, array_len, string
 from storage.log import OffsetOutOfRangeError
+from storage.remote_log_metadata import RemoteStorageException
 
 API_KEY = 1
 VERSIONS = (0, 16)
 DECODABLE = (4, 16)
 
+UNKNOWN_SERVER_ERROR = -1
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 KAFKA_STORAGE_ERROR = 56
@@ -31,7 +33,8 @@ _NULL_UUID = b"\x00" * 16
 
 class _Wanted:
     """One partition a fetch asks for: key is (topic name or topic id, partition)."""
-    __slots__ = ("key", "topic", "index", "fetch_offset", "max_bytes", "leader_epoch", "sp", "part", "error")
+    __slots__ = ("key", "topic", "index", "fetch_offset", "max_bytes", "leader_epoch", "sp", "part", "error",
+                 "remote")
 
     def __init__(self, key, topic, index, fetch_offset, max_bytes, leader_epoch, sp=None):
         self.key, self.topic, self.index = key, topic, index
@@ -39,6 +42,7 @@ class _Wanted:
         self.sp: SessionPartition | None = sp
         self.part = None
         self.error = 0
+        self.remote: asyncio.Task | None = None     # a read from the remote tier (offset below the local log start)
 
 
 def handle(broker, req):
@@ -97,7 +101,10 @@ def handle(broker, req):
     read_committed = getattr(body, "isolation_level", 0) == 1
     sid = session.session_id if session is not None else 0
 
-    results, total = _read_all(wanted, max_bytes)
+    rlm = getattr(broker, "remote_log_manager", None)
+    results, total = _read_all(wanted, max_bytes, rlm)
+    if any(w.remote is not None for w in wanted):
+        return _remote_then_finish(rlm, version, sid, wanted, results, incremental, read_committed, by_id)
     if max_wait <= 0 or total >= min_bytes or any(w.error for w in wanted) or not wanted:
         return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
     return _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
@@ -114,9 +121,39 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
             break
         await broker.replicas.wait_for_data(parts, remaining)
         _resolve(broker, wanted, by_id)  # a topic may have been deleted meanwhile
-        results, total = _read_all(wanted, max_bytes)
+        rlm = getattr(broker, "remote_log_manager", None)
+        results, total = _read_all(wanted, max_bytes, rlm)
+        if any(w.remote is not None for w in wanted):
+            return await _remote_then_finish(rlm, version, sid, wanted, results, incremental, read_committed, by_id)
         if total >= min_bytes or any(w.error for w in wanted):
             break
+    return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
+
+
+async def _remote_then_finish(rlm, version, sid, wanted, results, incremental, read_committed, by_id):
+    """Kafka's DelayedRemoteFetch: answer when the remote reads are done or after remote.fetch.max.wait.ms; a read
+    still running then yields no records and no error (the client fetches the same offset again and gets the
+    read's result), a failed one UNKNOWN_SERVER_ERROR (what Kafka maps a RemoteStorageException to)."""
+    tasks = {w.remote for w in wanted if w.remote is not None}
+    await asyncio.wait(tasks, timeout=rlm.fetch_max_wait)
+    for i, w in enumerate(wanted):
+        task = w.remote
+        if task is None:
+            continue
+        w.remote = None
+        results[i] = ((), 0)                    # drop the budget reserved by _read_all
+        if not task.done():
+            rlm.metrics.fetch_expires.inc()
+            continue
+        rlm.consumed(w.part, w.fetch_offset, task)
+        exc = task.exception() if not task.cancelled() else RemoteStorageException("remote read cancelled")
+        if exc is None:
+            views = task.result()
+            results[i] = (views, sum(len(v) for v in views))
+        elif isinstance(exc, OffsetOutOfRangeError):
+            w.error = OFFSET_OUT_OF_RANGE
+        else:
+            w.error = UNKNOWN_SERVER_ERROR
     return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
 
 
@@ -137,11 +174,12 @@ def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
             w.error = 0
 
 
-def _read_all(wanted: list[_Wanted], max_bytes: int):
+def _read_all(wanted: list[_Wanted], max_bytes: int, rlm=None):
     results = []
     total = 0
     for w in wanted:
         views = ()
+        size = 0
         if not w.error:
             budget = min(w.max_bytes, max_bytes - total)
             if budget > 0 or total == 0:
@@ -150,10 +188,18 @@ def _read_all(wanted: list[_Wanted], max_bytes: int):
                     views = plog.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0),
                                       max_offset=plog.high_watermark)
                 except OffsetOutOfRangeError:
-                    w.error = OFFSET_OUT_OF_RANGE
+                    if rlm is not None and rlm.in_remote_range(w.part, w.fetch_offset):
+                        # below the local log start but tiered: read from the remote tier (budget reserved)
+                        try:
+                            w.remote = rlm.remote_read(w.part, w.fetch_offset, max(budget, 1), total == 0)
+                            size = max(budget, 0)
+                        except RemoteStorageException:
+                            w.error = UNKNOWN_SERVER_ERROR
+                    else:
+                        w.error = OFFSET_OUT_OF_RANGE
                 except OSError:
                     w.error = KAFKA_STORAGE_ERROR
-        size = sum(len(v) for v in views)
+        size += sum(len(v) for v in views)
         total += size
         results.append((views, size))
     return results, total
@@ -164,6 +210,8 @@ def _finish(version, sid, wanted, results, incremental, read_committed, by_id):
     index: dict = {}
     for w, (views, size) in zip(wanted, results):
         plog = w.part.log if w.part is not None else None
+        if w.error == UNKNOWN_SERVER_ERROR:
+            plog = None        # as Kafka's createLogReadResult(exception): unknown offsets with the error
         hw = plog.high_watermark if plog is not None else -1
         lso = hw
         log_start = plog.log_start_offset if plog is not None else -1

@@ -1,7 +1,7 @@
 """IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT on topic configs; applied to live logs."""
 from __future__ import annotations
 
-from broker.topic_admin import AdminError, validate_configs
+from broker.topic_admin import AdminError, validate_configs, validate_remote_storage
 from protocol import kio_codec
 from storage.log_config import TOPIC_CONFIGS
 
@@ -61,6 +61,7 @@ def handle(broker, req):
             if info is None:
                 raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic {r.resource_name} does not exist")
             new = validate_configs(_apply(info.configs, r.configs))
+            validate_remote_storage(broker, info.name, new, info.configs)
             try:
                 broker.config.log_config(new)
             except ValueError as e:

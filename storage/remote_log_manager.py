@@ -1,0 +1,849 @@
+"""RemoteLogManager (KIP-405): tiers closed segments of `remote.storage.enable` topics to an object store, expires
+them by retention, serves reads and timestamp lookups below the local log start, and deletes a topic's remote data.
+
+Per tiered partition one asyncio task runs every `remote.log.manager.task.interval.ms` (Kafka's RLMTask):
+
+1. copy (RLMCopyTask): every closed segment whose end is below the last stable offset and above what is already
+   tiered, oldest first: COPY_SEGMENT_STARTED -> RSM copy (new segment id per attempt) -> COPY_SEGMENT_FINISHED, then
+   `log.highest_offset_in_remote_storage` moves. A failed copy publishes DELETE_SEGMENT_STARTED, deletes what was
+   written and publishes DELETE_SEGMENT_FINISHED; the round stops and the next one retries with a new id.
+2. expiration (RLMExpirationTask): retries segments stuck in DELETE_SEGMENT_STARTED and orphaned copies, then deletes
+   segments below the log start offset (DeleteRecords), past retention.ms (max timestamp) or beyond retention.bytes
+   (local-only bytes + remote bytes), oldest first, stopping at the first one that stays; the log start offset is
+   moved past them BEFORE their objects go, so no reader is sent to a deleted segment.
+3. local retention: Log.delete_old_segments(), which for tiered logs applies local.retention.* and deletes only
+   segments already in the remote tier (and rolls the active segment when it alone breaches local retention).
+
+Reads below the local log start go through `read()` on a bounded reader pool (`remote.log.reader.threads` tasks,
+`remote.log.reader.max.pending.tasks` waiting), with a per-segment index cache and a chunk cache with sequential
+prefetch; the Fetch handler waits for them at most `remote.fetch.max.wait.ms`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from storage.log import OffsetOutOfRangeError
+from storage.log_segment import record_timestamps
+from storage.object_store import open_object_store
+from storage.remote_log_metadata import (
+    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, RemotePartitionDeleteState,
+    RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
+)
+from storage.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageManager
+
+log = logging.getLogger("strata.remote_log_manager")
+
+S = RemoteLogSegmentState
+_OFF_LEN = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
+_OFFSET_ENTRY = struct.Struct(">II")
+_TIME_ENTRY = struct.Struct(">qI")
+_HEADER_SIZE = 61
+_LAST_OFFSET_DELTA_AT = 23
+
+
+def is_internal_topic(name: str) -> bool:
+    return name.startswith("__")
+
+
+# ---- metrics ------------------------------------------------------------------------------------------------------
+class RemoteStorageMetrics:
+    """Kafka's tiered-storage metrics in Prometheus form: `kafka.server:type=BrokerTopicMetrics,name=RemoteCopyBytesPerSec`
+    becomes the counter `kafka_server_brokertopicmetrics_remote_copy_bytes_total{topic}` (rates are Prometheus'
+    job), gauges keep their names (`..._remote_copy_lag_bytes{topic,partition}`)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        ns = "kafka_server_brokertopicmetrics"
+
+        def counter(name, doc):
+            return Counter(name, doc, ["topic"], namespace=ns, registry=registry)
+
+        def gauge(name, doc):
+            return Gauge(name, doc, ["topic", "partition"], namespace=ns, registry=registry)
+        self.copy_bytes = counter("remote_copy_bytes", "RemoteCopyBytesPerSec: bytes copied to the remote tier")
+        self.copy_requests = counter("remote_copy_requests", "RemoteCopyRequestsPerSec: segment copies")
+        self.copy_errors = counter("remote_copy_errors", "RemoteCopyErrorsPerSec: failed segment copies")
+        self.fetch_bytes = counter("remote_fetch_bytes", "RemoteFetchBytesPerSec: bytes read from the remote tier")
+        self.fetch_requests = counter("remote_fetch_requests", "RemoteFetchRequestsPerSec: remote reads")
+        self.fetch_errors = counter("remote_fetch_errors", "RemoteFetchErrorsPerSec: failed remote reads")
+        self.delete_requests = counter("remote_delete_requests", "RemoteDeleteRequestsPerSec: segment deletions")
+        self.delete_errors = counter("remote_delete_errors", "RemoteDeleteErrorsPerSec: failed segment deletions")
+        self.copy_lag_bytes = gauge("remote_copy_lag_bytes", "RemoteCopyLagBytes: closed bytes not yet tiered")
+        self.copy_lag_segments = gauge("remote_copy_lag_segments", "RemoteCopyLagSegments: closed segments not yet tiered")
+        self.delete_lag_bytes = gauge("remote_delete_lag_bytes", "RemoteDeleteLagBytes: remote bytes awaiting deletion")
+        self.delete_lag_segments = gauge("remote_delete_lag_segments", "RemoteDeleteLagSegments: remote segments awaiting deletion")
+        self.log_size_bytes = gauge("remote_log_size_bytes", "RemoteLogSizeBytes: bytes in the remote tier")
+        self.metadata_count = gauge("remote_log_metadata_count", "RemoteLogMetadataCount: remote segments known")
+        pool = "kafka_storage_remotestoragethreadpool"
+        self.reader_queue = Gauge("remote_log_reader_task_queue_size", "RemoteLogReaderTaskQueueSize: reads "
+                                  "waiting for a reader slot", namespace=pool, registry=registry)
+        self.reader_active = Gauge("remote_log_reader_active_tasks", "reads holding a reader slot",
+                                   namespace=pool, registry=registry)
+        self.reader_time = Histogram("remote_log_reader_fetch_time_seconds", "RemoteLogReaderFetchRateAndTimeMs: "
+                                     "time of one remote read", namespace="kafka_log_remote", registry=registry,
+                                     buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.fetch_expires = Counter("expires", "DelayedRemoteFetchMetrics ExpiresPerSec: remote reads not done "
+                                     "within remote.fetch.max.wait.ms", namespace="kafka_server_delayedremotefetchmetrics",
+                                     registry=registry)
+
+    def forget(self, topic: str, partition: int) -> None:
+        for g in (self.copy_lag_bytes, self.copy_lag_segments, self.delete_lag_bytes, self.delete_lag_segments,
+                  self.log_size_bytes, self.metadata_count):
+            try:
+                g.remove(topic, str(partition))
+            except KeyError:
+                pass
+
+
+# ---- caches -------------------------------------------------------------------------------------------------------
+class _Indexes:
+    """A remote segment's offset and time index, parsed from Kafka's on-disk formats."""
+    __slots__ = ("base", "offsets", "positions", "times", "time_offsets", "size")
+
+    def __init__(self, base: int, offset_index: bytes, time_index: bytes):
+        self.base = base
+        self.offsets: list[int] = []
+        self.positions: list[int] = []
+        for i in range(len(offset_index) // 8):
+            rel, pos = _OFFSET_ENTRY.unpack_from(offset_index, 8 * i)
+            if self.offsets and (base + rel <= self.offsets[-1] or pos <= self.positions[-1]):
+                break                                  # preallocated zero tail of an untrimmed index
+            self.offsets.append(base + rel)
+            self.positions.append(pos)
+        self.times: list[int] = []
+        self.time_offsets: list[int] = []
+        for i in range(len(time_index) // 12):
+            ts, rel = _TIME_ENTRY.unpack_from(time_index, 12 * i)
+            if self.times and (ts <= self.times[-1] or base + rel < self.time_offsets[-1]):
+                break
+            self.times.append(ts)
+            self.time_offsets.append(base + rel)
+        self.size = len(offset_index) + len(time_index) + 64
+
+    def position_for(self, offset: int) -> int:
+        """Position of the batch to start scanning at for `offset` (largest entry with offset <= target)."""
+        import bisect
+        i = bisect.bisect_right(self.offsets, offset) - 1
+        return self.positions[i] if i >= 0 else 0
+
+    def offset_for_timestamp(self, ts: int) -> int:
+        import bisect
+        i = bisect.bisect_right(self.times, ts) - 1
+        return self.time_offsets[i] if i >= 0 else self.base
+
+
+class _LruFutures:
+    """An LRU of futures keyed by anything, bounded by the byte size of completed values; concurrent requests for one
+    key share one fetch, failed fetches are forgotten."""
+
+    def __init__(self, capacity: int, sizeof: Callable[[object], int]):
+        self.capacity = capacity
+        self.sizeof = sizeof
+        self.entries: OrderedDict = OrderedDict()
+        self.bytes = 0
+
+    def get(self, key, make: Callable[[], "asyncio.Future"]):
+        fut = self.entries.get(key)
+        if fut is not None:
+            self.entries.move_to_end(key)
+            return fut
+        fut = asyncio.ensure_future(make())
+        self.entries[key] = fut
+        fut.add_done_callback(lambda f, k=key: self._done(k, f))
+        return fut
+
+    def contains(self, key) -> bool:
+        return key in self.entries
+
+    def _done(self, key, fut) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            if self.entries.get(key) is fut:
+                del self.entries[key]
+            return
+        if self.entries.get(key) is not fut:
+            return
+        self.bytes += self.sizeof(fut.result())
+        while self.bytes > self.capacity and len(self.entries) > 1:
+            old_key, old = next(iter(self.entries.items()))
+            if old_key == key:
+                break
+            del self.entries[old_key]
+            if old.done() and not old.cancelled() and old.exception() is None:
+                self.bytes -= self.sizeof(old.result())
+
+    def drop(self, pred) -> None:
+        for key in [k for k in self.entries if pred(k)]:
+            fut = self.entries.pop(key)
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.bytes -= self.sizeof(fut.result())
+
+
+# ---- per-partition state ------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class _PartitionTask:
+    tip: TopicIdPartition
+    part: object                                   # broker.replica_manager.Partition
+    task: asyncio.Task | None = None
+    copying: RemoteLogSegmentMetadata | None = None
+    stopped: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)      # rounds of one partition never overlap
+
+
+class RemoteLogManager:
+    def __init__(self, config, replicas, topics, *, registry: CollectorRegistry | None = None,
+                 time_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+        self.config = config
+        self.replicas = replicas
+        self.topics = topics
+        self.broker_id = config.node_id
+        self._time_ms = time_ms
+        url = config.remote_store_url()
+        if not url:
+            raise ValueError("remote.log.storage.system.enable=true needs remote.log.storage.manager.store.url "
+                             "(file:///path or s3://bucket/prefix)")
+        self.store = open_object_store(url, **config.remote_store_options())
+        self.rsm = RemoteStorageManager(self.store)
+        self.rlmm = TopicBasedRemoteLogMetadataManager(
+            replicas, broker_id=self.broker_id, time_ms=time_ms,
+            num_partitions=config.get_int("remote.log.metadata.topic.num.partitions"),
+            retention_ms=config.get_int("remote.log.metadata.topic.retention.ms"))
+        self.task_interval = config.get_int("remote.log.manager.task.interval.ms") / 1000
+        self.fetch_max_wait = config.get_int("remote.fetch.max.wait.ms") / 1000
+        self.list_offsets_timeout = config.get_int("remote.list.offsets.request.timeout.ms") / 1000
+        self.chunk_size = max(4096, config.get_int("remote.log.reader.chunk.size.bytes"))
+        self.prefetch_chunks = max(0, config.get_int("remote.log.reader.prefetch.chunks"))
+        self.max_pending_reads = config.get_int("remote.log.reader.max.pending.tasks")
+        self._reader_slots = asyncio.Semaphore(max(1, config.get_int("remote.log.reader.threads")))
+        self._copier_slots = asyncio.Semaphore(max(1, config.get_int("remote.log.manager.copier.thread.pool.size")))
+        self._expiration_slots = asyncio.Semaphore(
+            max(1, config.get_int("remote.log.manager.expiration.thread.pool.size")))
+        self._chunks = _LruFutures(config.get_int("remote.log.reader.chunk.cache.size.bytes"), len)
+        self._indexes = _LruFutures(config.get_int("remote.log.index.file.cache.total.size.bytes"),
+                                    lambda idx: idx.size)
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = RemoteStorageMetrics(self.registry)
+        self._pending_reads = 0
+        self._active_reads = 0
+        self.metrics.reader_queue.set_function(lambda: self._pending_reads)
+        self.metrics.reader_active.set_function(lambda: self._active_reads)
+        self.tasks: dict[tuple[str, int], _PartitionTask] = {}
+        self._inflight_reads: dict[tuple, asyncio.Task] = {}
+        self._read_timers: dict[tuple, asyncio.TimerHandle] = {}
+        self._background: set[asyncio.Task] = set()
+        self._deleting: set[TopicIdPartition] = set()
+        self._copying: set[RemoteLogSegmentId] = set()
+        self._started = False
+        self._running = False
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------------
+    def startup(self) -> None:
+        """After the local logs are loaded: create/replay `__remote_log_metadata`, then adopt tiered partitions."""
+        self.rlmm.start()
+        self._started = True
+        for tid_part in self.topics.topics():
+            for p in range(tid_part.partitions):
+                self._init_partition(tid_part.name, p)
+
+    def start_background(self) -> None:
+        self._running = True
+        for tip in self.rlmm.pending_partition_deletes():
+            self._spawn(self._delete_partition(tip, None))
+        self.sync_partitions()
+
+    async def stop(self) -> None:
+        self._running = False
+        tasks = [t.task for t in self.tasks.values() if t.task is not None] + list(self._background)
+        tasks += list(self._inflight_reads.values())
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.tasks.clear()
+        log.info("remote reads: %d segment GETs, %.1f MB", self.rsm.segment_gets, self.rsm.segment_get_bytes / 1e6)
+        try:
+            await self.rsm.close()
+        except Exception:
+            log.exception("closing the remote store failed")
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    # ---- which partitions are tiered ------------------------------------------------------------------------------
+    @staticmethod
+    def is_tiered(topic: str, cfg) -> bool:
+        return bool(cfg.remote_storage_enable) and not is_internal_topic(topic)
+
+    def tip_of(self, topic: str, partition: int) -> TopicIdPartition | None:
+        info = self.topics.get(topic)
+        return TopicIdPartition(info.uuid, topic, partition) if info is not None else None
+
+    def _init_partition(self, topic: str, p: int) -> None:
+        """Kafka's first run of a leader's RLMTask: find what is already tiered (findHighestRemoteOffset) and repair
+        the log start offset from the remote tier (findLogStartOffset)."""
+        part = self.replicas.get(topic, p)
+        tip = self.tip_of(topic, p)
+        if part is None or tip is None or not part.log.remote_log_enabled:
+            return
+        lg = part.log
+        lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage,
+                                                  self.find_highest_remote_offset(tip, lg))
+        finished = [s for s in self.rlmm.list_remote_log_segments(tip) if s.state == S.COPY_SEGMENT_FINISHED]
+        earliest = min((s.start_offset for s in finished), default=None)
+        floor = lg.local_log_start_offset if earliest is None else min(earliest, lg.local_log_start_offset)
+        if floor > lg.log_start_offset:
+            log.info("%s: log start offset %d -> %d (earliest remote/local data)", tip, lg.log_start_offset, floor)
+            lg.update_log_start_offset_from_remote_tier(floor)
+
+    def find_highest_remote_offset(self, tip: TopicIdPartition, lg) -> int:
+        """Kafka's findHighestRemoteOffset: walk the leader epochs from the latest back, ask the RLMM for the
+        highest tiered offset of each, cap it at the epoch's end in this log."""
+        entries = lg.leader_epoch_cache.entries
+        for i in range(len(entries) - 1, -1, -1):
+            epoch = entries[i].epoch
+            hi = self.rlmm.highest_offset_for_epoch(tip, epoch)
+            if hi is not None:
+                end = entries[i + 1].start_offset if i + 1 < len(entries) else lg.log_end_offset
+                return end - 1 if end <= hi else hi
+        if not entries:      # no epoch history left (everything deleted): the largest tiered end offset
+            return max((s.end_offset for s in self.rlmm.list_remote_log_segments(tip)
+                        if s.state == S.COPY_SEGMENT_FINISHED), default=-1)
+        return -1
+
+    def sync_partitions(self) -> None:
+        """Start a task for every tiered partition without one; stop tasks of partitions no longer tiered."""
+        if not self._started:
+            return
+        for (topic, p), part in list(self.replicas.partitions.items()):
+            want = self.is_tiered(topic, part.log.config)
+            have = self.tasks.get((topic, p))
+            if want and have is None:
+                tip = self.tip_of(topic, p)
+                if tip is None or tip in self._deleting:
+                    continue
+                if not part.log.remote_log_enabled:
+                    part.log.set_remote_log_enabled(True)
+                    self._init_partition(topic, p)
+                if self._running:
+                    t = self.tasks[(topic, p)] = _PartitionTask(tip, part)
+                    t.task = asyncio.get_running_loop().create_task(self._run(t))
+            elif not want and part.log.remote_log_enabled:
+                self._disable(topic, p, part)
+
+    def on_topic_created(self, info) -> None:
+        self.sync_partitions()
+
+    def on_config_changed(self, info) -> None:
+        for p in range(info.partitions):
+            t = self.tasks.get((info.name, p))
+            if t is not None:
+                t.wake.set()
+        self.sync_partitions()
+
+    def on_topic_deleted(self, info) -> None:
+        """Called before the local logs go: stop the tasks and delete the remote data (DELETE_PARTITION_MARKED
+        now, the rest in the background until it succeeds)."""
+        for p in range(info.partitions):
+            t = self.tasks.pop((info.name, p), None)
+            tip = TopicIdPartition(info.uuid, info.name, p)
+            if t is not None:
+                t.stopped = True
+                t.wake.set()
+            self.metrics.forget(info.name, p)
+            self._chunks.drop(lambda k, tip=tip: k[0] == tip)
+            self._indexes.drop(lambda k, tip=tip: k[0] == tip)
+            if self.rlmm.list_remote_log_segments(tip) or t is not None:
+                self._mark_partition_deleted(tip, t)
+
+    def _disable(self, topic: str, p: int, part) -> None:
+        """remote.storage.enable true -> false (validated to need remote.log.delete.on.disable=true): the log start
+        moves to the local log start and the remote data is deleted in the background (KIP-950)."""
+        t = self.tasks.pop((topic, p), None)
+        if t is not None:
+            t.stopped = True
+            t.wake.set()
+        lg = part.log
+        lg.update_log_start_offset_from_remote_tier(lg.local_log_start_offset)
+        lg.set_remote_log_enabled(False)
+        lg.highest_offset_in_remote_storage = -1
+        self.metrics.forget(topic, p)
+        tip = self.tip_of(topic, p)
+        log.info("%s: remote storage disabled; deleting its remote data", tip)
+        if tip is not None:
+            self._mark_partition_deleted(tip, t)
+
+    def _mark_partition_deleted(self, tip: TopicIdPartition, t: _PartitionTask | None) -> None:
+        if tip in self._deleting:
+            return
+        self._deleting.add(tip)
+        try:
+            self.rlmm.put_remote_partition_delete_metadata(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
+        except Exception:
+            log.exception("%s: could not record DELETE_PARTITION_MARKED", tip)
+        if self._running:
+            self._spawn(self._delete_partition(tip, t.task if t is not None else None))
+
+    async def _delete_partition(self, tip: TopicIdPartition, old_task: asyncio.Task | None) -> None:
+        """DELETE_PARTITION_STARTED, delete every segment (STARTED/FINISHED events per segment), then
+        DELETE_PARTITION_FINISHED; retried every task interval while the store fails."""
+        self._deleting.add(tip)
+        try:
+            if old_task is not None and not old_task.done():
+                # let an in-flight copy finish (or fail) so nothing it writes is left behind
+                done, _ = await asyncio.wait({old_task}, timeout=120)
+                if not done:
+                    old_task.cancel()
+            while True:
+                try:
+                    state = self.rlmm.partition_deletes.get(tip)
+                    if state is None or state.state == RemotePartitionDeleteState.DELETE_PARTITION_MARKED:
+                        self.rlmm.put_remote_partition_delete_metadata(
+                            tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
+                    segs = [s for s in self.rlmm.list_remote_log_segments(tip)]
+                    for md in segs:
+                        await self._delete_remote_segment(md)
+                    self.rlmm.put_remote_partition_delete_metadata(
+                        tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
+                    log.info("%s: deleted %d remote segment(s)", tip, len(segs))
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    log.warning("%s: deleting remote data failed (%s); retrying", tip, e)
+                    await asyncio.sleep(max(self.task_interval, 0.5))
+        finally:
+            self._deleting.discard(tip)
+            if self._running:
+                self.sync_partitions()
+
+    # ---- the per-partition task ---------------------------------------------------------------------------------
+    async def _run(self, t: _PartitionTask) -> None:
+        while not t.stopped:
+            t.wake.clear()
+            try:
+                await self._run_once(t)
+            except asyncio.CancelledError:
+                raise
+            except RemoteStorageException as e:
+                log.warning("%s: remote log task: %s", t.tip, e)     # store outage: retried next interval
+            except Exception:
+                log.exception("%s: remote log task failed", t.tip)
+            if t.stopped:
+                break
+            try:
+                await asyncio.wait_for(t.wake.wait(), self.task_interval)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _run_once(self, t: _PartitionTask) -> None:
+        """One round: copy, expire, local retention."""
+        async with t.lock:
+            await self._round(t)
+
+    async def _round(self, t: _PartitionTask) -> None:
+        lg = t.part.log
+        if lg.remote_copy_enabled:
+            async with self._copier_slots:
+                if not t.stopped:
+                    await self._copy_segments(t)
+        if not t.stopped:
+            async with self._expiration_slots:
+                if not t.stopped:
+                    await self._expire(t)
+        if not t.stopped:
+            n = lg.delete_old_segments()          # local retention, gated on what is tiered
+            if n:
+                log.info("%s: local retention deleted %d segment(s); local log start %d", t.tip, n,
+                         lg.local_log_start_offset)
+            self._update_gauges(t)
+
+    async def run_once(self, topic: str, partition: int) -> None:
+        """One round for one partition, outside the schedule (tests, tools)."""
+        part = self.replicas.get(topic, partition)
+        t = self.tasks.get((topic, partition)) or _PartitionTask(self.tip_of(topic, partition), part)
+        await self._run_once(t)
+
+    def _copy_candidates(self, lg) -> list:
+        """Kafka's candidateLogSegments: closed segments from max(highest tiered + 1, local log start) whose next
+        segment starts at or below the last stable offset (no transactions here: the high watermark)."""
+        from_offset = max(lg.highest_offset_in_remote_storage + 1, lg.local_log_start_offset)
+        lso = getattr(lg, "last_stable_offset", lg.high_watermark)
+        segs = lg.segments()
+        return [(seg, nxt) for seg, nxt in zip(segs, segs[1:])
+                if nxt.base_offset > from_offset and nxt.base_offset <= lso and seg.size > 0]
+
+    async def _copy_segments(self, t: _PartitionTask) -> None:
+        lg = t.part.log
+        for seg, nxt in self._copy_candidates(lg):
+            if t.stopped or not lg.remote_copy_enabled:
+                return
+            await self._copy_segment(t, seg, nxt)
+
+    async def _copy_segment(self, t: _PartitionTask, seg, nxt) -> None:
+        lg = t.part.log
+        end = nxt.base_offset - 1
+        epochs = _epochs_in_range(lg.leader_epoch_cache.entries, seg.base_offset, end)
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(t.tip), seg.base_offset, end,
+                                      seg.largest_timestamp, self.broker_id, self._time_ms(), seg.size,
+                                      tuple(epochs), S.COPY_SEGMENT_STARTED)
+        txn = seg.log_path.with_suffix(".txnindex")
+        data = LogSegmentData(
+            log_segment=seg.log_path, offset_index=seg.index_path, time_index=seg.time_index_path,
+            transaction_index=txn if txn.exists() else None,
+            producer_snapshot_index=lg.producer_state.dir / f"{nxt.base_offset:020d}.snapshot",
+            leader_epoch_index=_checkpoint_bytes(
+                [e for e in lg.leader_epoch_cache.entries if e.start_offset < nxt.base_offset]))
+        self.rlmm.add_remote_log_segment_metadata(md)
+        t.copying = md
+        self._copying.add(md.segment_id)
+        topic = t.tip.topic
+        try:
+            self.metrics.copy_requests.labels(topic).inc()
+            await self.rsm.copy_log_segment_data(md, data)
+        except Exception as e:
+            self.metrics.copy_errors.labels(topic).inc()
+            log.warning("%s: copying segment %d-%d failed: %s", t.tip, md.start_offset, end, e)
+            try:
+                await self._delete_remote_segment(md)      # remove what the failed attempt wrote
+            except Exception as e2:
+                log.warning("%s: cleanup of failed copy %s failed (%s); expiration retries it", t.tip,
+                            md.segment_id, e2)
+            raise
+        finally:
+            t.copying = None
+            self._copying.discard(md.segment_id)
+        self.rlmm.update_state(md, S.COPY_SEGMENT_FINISHED)
+        lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, end)
+        self.metrics.copy_bytes.labels(topic).inc(md.segment_size_in_bytes)
+        log.debug("%s: copied segment %d-%d (%d bytes)", t.tip, md.start_offset, end, md.segment_size_in_bytes)
+
+    async def _delete_remote_segment(self, md: RemoteLogSegmentMetadata) -> None:
+        """DELETE_SEGMENT_STARTED -> delete objects -> DELETE_SEGMENT_FINISHED. A failure leaves the segment in
+        DELETE_SEGMENT_STARTED (retried by the expiration task) and raises."""
+        cache = self.rlmm.caches.get(md.tip)
+        cur = cache.segments.get(md.segment_id.id) if cache is not None else None
+        if cur is None:
+            return
+        if cur.state != S.DELETE_SEGMENT_STARTED:
+            cur = self.rlmm.update_state(cur, S.DELETE_SEGMENT_STARTED)
+        topic = md.tip.topic
+        self.metrics.delete_requests.labels(topic).inc()
+        try:
+            await self.rsm.delete_log_segment_data(cur)
+        except Exception:
+            self.metrics.delete_errors.labels(topic).inc()
+            raise
+        self.rlmm.update_state(cur, S.DELETE_SEGMENT_FINISHED)
+        sid = md.segment_id.id
+        self._indexes.drop(lambda k: k == (md.tip, sid))
+        self._chunks.drop(lambda k: k[0] == md.tip and k[1] == sid)
+
+    async def _expire(self, t: _PartitionTask) -> None:
+        """Kafka's cleanupExpiredRemoteLogSegments for one partition (single leader lineage)."""
+        lg = t.part.log
+        cfg = lg.config
+        now = self._time_ms()
+        segs = self.rlmm.list_remote_log_segments(t.tip)
+        retention_ms, retention_bytes = cfg.retention_ms, cfg.retention_bytes
+        cleanup_until = now - retention_ms if retention_ms > -1 else None
+        remaining = None
+        if retention_bytes > -1:
+            remote = sum(s.segment_size_in_bytes for s in segs if s.state == S.COPY_SEGMENT_FINISHED)
+            remaining = lg.only_local_log_segments_size() + remote - retention_bytes
+        doomed: list[RemoteLogSegmentMetadata] = []
+        new_start = None
+        log_start = lg.log_start_offset
+        stop = False
+        for md in segs:
+            if md.state == S.DELETE_SEGMENT_STARTED:
+                doomed.append(md)                  # a deletion that failed earlier: retry it
+                continue
+            if md.state == S.COPY_SEGMENT_STARTED:
+                if md.segment_id in self._copying:
+                    stop = True                    # being copied right now
+                else:
+                    doomed.append(md)              # orphan of a copy that died with a previous process
+                continue
+            if stop or md.state != S.COPY_SEGMENT_FINISHED:
+                continue
+            if md.end_offset < log_start:
+                doomed.append(md)                  # log start offset breach (DeleteRecords, earlier retention)
+                continue
+            delete = False
+            if cleanup_until is not None and md.max_timestamp_ms <= cleanup_until:
+                delete = True
+                if remaining is not None:
+                    remaining = max(0, remaining - md.segment_size_in_bytes)
+            elif remaining is not None and remaining - md.segment_size_in_bytes >= 0:
+                remaining -= md.segment_size_in_bytes
+                delete = True
+            if delete:
+                doomed.append(md)
+                new_start = md.end_offset + 1 if new_start is None else max(new_start, md.end_offset + 1)
+            else:
+                stop = True                        # retention deletes oldest first: stop at the first keeper
+        self.metrics.delete_lag_segments.labels(t.tip.topic, str(t.tip.partition)).set(len(doomed))
+        self.metrics.delete_lag_bytes.labels(t.tip.topic, str(t.tip.partition)).set(
+            sum(m.segment_size_in_bytes for m in doomed))
+        if new_start is not None and new_start > lg.log_start_offset:
+            log.info("%s: remote retention moves the log start offset %d -> %d", t.tip, lg.log_start_offset,
+                     new_start)
+            lg.update_log_start_offset_from_remote_tier(new_start)
+        for md in doomed:
+            if t.stopped:
+                return
+            await self._delete_remote_segment(md)
+
+    def _update_gauges(self, t: _PartitionTask) -> None:
+        lg = t.part.log
+        labels = (t.tip.topic, str(t.tip.partition))
+        cands = self._copy_candidates(lg) if lg.remote_copy_enabled else []
+        self.metrics.copy_lag_segments.labels(*labels).set(len(cands))
+        self.metrics.copy_lag_bytes.labels(*labels).set(sum(seg.size for seg, _ in cands))
+        self.metrics.log_size_bytes.labels(*labels).set(self.rlmm.remote_log_size(t.tip))
+        self.metrics.metadata_count.labels(*labels).set(len(self.rlmm.list_remote_log_segments(t.tip)))
+
+    # ---- reads ----------------------------------------------------------------------------------------------------
+    def in_remote_range(self, part, offset: int) -> bool:
+        lg = part.log
+        return lg.remote_log_enabled and lg.log_start_offset <= offset < lg.local_log_start_offset
+
+    def remote_read(self, part, offset: int, max_bytes: int, min_one_message: bool) -> asyncio.Task:
+        """Start (or join) a remote read of whole batches at `offset`. A read that outlives one Fetch's
+        remote.fetch.max.wait.ms stays registered so the client's retry of the same offset picks up its result."""
+        key = (part.topic, part.index, offset)
+        task = self._inflight_reads.get(key)
+        if task is not None:
+            return task
+        if self._pending_reads >= self.max_pending_reads:
+            raise RemoteStorageException(f"remote log reader queue is full ({self._pending_reads} pending)")
+        tip = self.tip_of(part.topic, part.index)
+        task = asyncio.get_running_loop().create_task(self._read_task(tip, part.log, offset, max_bytes,
+                                                                      min_one_message))
+        self._inflight_reads[key] = task
+        task.add_done_callback(lambda f, k=key: self._read_done(k, f))
+        return task
+
+    def _read_done(self, key, task) -> None:
+        # keep an unclaimed result briefly for a client that gave up waiting, then forget it (the timer holds only
+        # the key and the task's id, so a claimed result is freed at once)
+        if self._inflight_reads.get(key) is not task:
+            return
+        if task.cancelled() or not self._running:
+            del self._inflight_reads[key]
+            return
+        self._read_timers[key] = asyncio.get_running_loop().call_later(30, self._expire_read, key, id(task))
+
+    def _expire_read(self, key, task_id: int) -> None:
+        self._read_timers.pop(key, None)
+        task = self._inflight_reads.get(key)
+        if task is not None and id(task) == task_id:
+            del self._inflight_reads[key]
+
+    def consumed(self, part, offset: int, task: asyncio.Task) -> None:
+        key = (part.topic, part.index, offset)
+        if self._inflight_reads.get(key) is task:
+            del self._inflight_reads[key]
+            timer = self._read_timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+
+    async def _read_task(self, tip, lg, offset, max_bytes, min_one):
+        topic = tip.topic
+        self._pending_reads += 1
+        try:
+            await self._reader_slots.acquire()
+        finally:
+            self._pending_reads -= 1
+        self._active_reads += 1
+        t0 = time.monotonic()
+        try:
+            self.metrics.fetch_requests.labels(topic).inc()
+            views = await self.read(tip, lg, offset, max_bytes, min_one)
+            self.metrics.fetch_bytes.labels(topic).inc(sum(len(v) for v in views))
+            return views
+        except OffsetOutOfRangeError:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.metrics.fetch_errors.labels(topic).inc()
+            raise
+        finally:
+            self._active_reads -= 1
+            self._reader_slots.release()
+            self.metrics.reader_time.observe(time.monotonic() - t0)
+
+    def segment_for_offset(self, tip, lg, offset: int) -> RemoteLogSegmentMetadata | None:
+        epoch = lg.leader_epoch_cache.epoch_for_offset(offset)
+        md = self.rlmm.remote_log_segment_metadata(tip, epoch, offset) if epoch is not None else None
+        if md is None:
+            for s in self.rlmm.list_remote_log_segments(tip):
+                if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset <= offset <= s.end_offset:
+                    md = s
+        return md
+
+    def _next_segment(self, tip, md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
+        best = None
+        for s in self.rlmm.list_remote_log_segments(tip):
+            if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset > md.end_offset and \
+                    (best is None or s.start_offset < best.start_offset):
+                best = s
+        return best
+
+    async def read(self, tip, lg, offset: int, max_bytes: int, min_one: bool) -> list[memoryview]:
+        """Kafka's RemoteLogManager.read: whole batches from the remote segment holding `offset`, at most
+        max_bytes (the first batch whatever its size with min_one). Zero-copy slices of cached chunks."""
+        md = self.segment_for_offset(tip, lg, offset)
+        if md is None:
+            raise OffsetOutOfRangeError(f"offset {offset} of {tip} is not in the remote tier")
+        for _ in range(1000):
+            idx = await self._index(md)
+            views = await self._read_batches(md, idx.position_for(offset), offset, max_bytes, min_one)
+            if views:
+                return views
+            md = self._next_segment(tip, md)     # nothing at/after offset in this segment (e.g. compacted away)
+            if md is None:
+                break
+        return []
+
+    def _index(self, md: RemoteLogSegmentMetadata):
+        async def load():
+            off, ts = await asyncio.gather(self.rsm.fetch_index(md, IndexType.OFFSET),
+                                           self.rsm.fetch_index(md, IndexType.TIMESTAMP))
+            return _Indexes(md.start_offset, off, ts)
+        return self._indexes.get((md.tip, md.segment_id.id), load)
+
+    def _chunk(self, md: RemoteLogSegmentMetadata, i: int):
+        cs = self.chunk_size
+        return self._chunks.get((md.tip, md.segment_id.id, i),
+                                lambda: self.rsm.fetch_log_segment(md, i * cs,
+                                                                   min((i + 1) * cs, md.segment_size_in_bytes)))
+
+    def _prefetch(self, md: RemoteLogSegmentMetadata, i: int) -> None:
+        """Sequential read-ahead: the next chunks of this segment, or the index and first chunk of the next one."""
+        if not self.prefetch_chunks:
+            return
+        last = (md.segment_size_in_bytes - 1) // self.chunk_size
+        for j in range(i + 1, i + 1 + self.prefetch_chunks):
+            if j <= last:
+                if not self._chunks.contains((md.tip, md.segment_id.id, j)):
+                    self._chunk(md, j)
+            else:
+                nxt = self._next_segment(md.tip, md)
+                if nxt is not None:
+                    self._index(nxt)
+                    if not self._chunks.contains((nxt.tip, nxt.segment_id.id, 0)):
+                        self._chunk(nxt, 0)
+                break
+
+    async def _range(self, md, start: int, end: int, cur: list) -> list[memoryview]:
+        """Views covering [start, end) of the segment; `cur` caches (chunk index, memoryview) of the last chunk."""
+        cs = self.chunk_size
+        out = []
+        pos = start
+        while pos < end:
+            i = pos // cs
+            if cur[0] != i:
+                data = await self._chunk(md, i)
+                cur[0], cur[1] = i, memoryview(data)
+                self._prefetch(md, i)
+            lo = pos - i * cs
+            hi = min(end - i * cs, len(cur[1]))
+            if hi <= lo:
+                raise RemoteStorageException(f"{md.segment_id} is shorter than its metadata says")
+            out.append(cur[1][lo:hi])
+            pos += hi - lo
+        return out
+
+    async def _read_batches(self, md, pos: int, offset: int, max_bytes: int, min_one: bool) -> list[memoryview]:
+        size = md.segment_size_in_bytes
+        cur = [-1, None]
+        out: list[memoryview] = []
+        total = 0
+        while pos + _HEADER_SIZE <= size:
+            head = b"".join(await self._range(md, pos, pos + _HEADER_SIZE, cur))
+            base, length = _OFF_LEN.unpack_from(head, 0)
+            last = base + _I32.unpack_from(head, _LAST_OFFSET_DELTA_AT)[0]
+            bsize = 12 + length
+            if length <= 0 or pos + bsize > size:
+                raise RemoteStorageException(f"corrupt batch at position {pos} of {md.segment_id}")
+            if last < offset:
+                pos += bsize
+                continue
+            if total + bsize > max_bytes and not (min_one and not out):
+                break
+            out.extend(await self._range(md, pos, pos + bsize, cur))
+            total += bsize
+            pos += bsize
+            if total >= max_bytes:
+                break
+        return out
+
+    # ---- ListOffsets ----------------------------------------------------------------------------------------------
+    def latest_tiered(self, part) -> tuple[int, int]:
+        """ListOffsets -5 (KIP-1005): (highest tiered offset, its epoch); (-1, -1) when nothing is tiered."""
+        lg = part.log
+        hi = lg.highest_offset_in_remote_storage
+        if hi < 0:
+            return -1, -1
+        epoch = lg.leader_epoch_cache.epoch_for_offset(hi)
+        return hi, (epoch if epoch is not None else -1)
+
+    async def find_offset_by_timestamp(self, part, ts: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after log start with timestamp >= ts in the remote tier
+        (time index -> offset index -> batches), or None (then the caller searches the local log)."""
+        tip = self.tip_of(part.topic, part.index)
+        lg = part.log
+        start = lg.log_start_offset
+        for md in self.rlmm.list_remote_log_segments(tip):
+            if md.state != S.COPY_SEGMENT_FINISHED or md.end_offset < start or md.max_timestamp_ms < ts:
+                continue
+            idx = await self._index(md)
+            pos = idx.position_for(max(idx.offset_for_timestamp(ts), start))
+            found = await self._scan_timestamp(md, pos, ts, start)
+            if found is not None:
+                return found
+        return None
+
+    async def _scan_timestamp(self, md, pos: int, ts: int, start: int) -> tuple[int, int] | None:
+        from protocol.record_batch import read_header
+        size = md.segment_size_in_bytes
+        cur = [-1, None]
+        while pos + _HEADER_SIZE <= size:
+            head = b"".join(await self._range(md, pos, pos + _HEADER_SIZE, cur))
+            h = read_header(head, 0)
+            if h.max_timestamp >= ts and h.last_offset >= start:
+                batch = b"".join(await self._range(md, pos, pos + h.size, cur))
+                for off, rts in record_timestamps(batch, h):
+                    if rts >= ts and off >= start:
+                        return off, rts
+            pos += h.size
+        return None
+
+
+def _epochs_in_range(entries, start: int, end: int) -> list[tuple[int, int]]:
+    """Leader epochs with records in [start, end] (Kafka's epochEntriesInRange): the first clipped to `start`."""
+    out = []
+    for i, e in enumerate(entries):
+        nxt = entries[i + 1].start_offset if i + 1 < len(entries) else None
+        if e.start_offset > end or (nxt is not None and nxt <= start):
+            continue
+        out.append((e.epoch, max(e.start_offset, start)))
+    return out or [(0, start)]
+
+
+def _checkpoint_bytes(entries) -> bytes:
+    """Kafka's leader-epoch-checkpoint text format (version 0)."""
+    return (f"0\n{len(entries)}\n" + "".join(f"{e.epoch} {e.start_offset}\n" for e in entries)).encode()

@@ -1,0 +1,628 @@
+"""Remote log metadata (KIP-405): the segment state machine, Kafka's metadata records, and the topic-based
+RemoteLogMetadataManager that keeps them in the internal topic `__remote_log_metadata`.
+
+Every change to a remote segment is an event appended (key null) to one partition of `__remote_log_metadata`,
+chosen by Kafka's RemoteLogMetadataTopicPartitioner, so all events of one user partition are in one metadata
+partition, in order. The in-memory view (RemoteLogMetadataCache per user partition) is what lookups use; at start-up
+it is rebuilt by replaying the topic from its start. The topic is never compacted or expired (retention.ms=-1).
+
+Record values are byte-compatible with Kafka's TopicBasedRemoteLogMetadataManager (RemoteLogMetadataSerde): a frame
+of three unsigned varints (frame version 1, apiKey, message version 0) followed by the message in Kafka's flexible
+("tagged fields") encoding, the schemas of storage/src/main/resources/message/*.json:
+
+  apiKey 0 RemoteLogSegmentMetadataRecord v0:
+      RemoteLogSegmentId { TopicIdPartition { Name compact-string, Id uuid, Partition int32, tags },
+                           Id uuid, tags }
+      StartOffset int64, EndOffset int64, BrokerId int32, MaxTimestampMs int64, EventTimestampMs int64,
+      SegmentLeaderEpochs compact-array of { LeaderEpoch int32, Offset int64, tags },
+      SegmentSizeInBytes int32, CustomMetadata compact-nullable-bytes, RemoteLogSegmentState int8,
+      tags (tag 0: TxnIndexEmpty bool)
+  apiKey 1 RemoteLogSegmentMetadataUpdateRecord v0:
+      RemoteLogSegmentId, BrokerId int32, EventTimestampMs int64, CustomMetadata, RemoteLogSegmentState int8, tags
+  apiKey 2 RemotePartitionDeleteMetadataRecord v0:
+      TopicIdPartition, BrokerId int32, EventTimestampMs int64, RemotePartitionDeleteState int8, tags
+
+A uuid is 16 bytes (most significant half first); compact lengths are unsigned varints of length+1 (0 = null).
+"""
+from __future__ import annotations
+
+import base64
+import bisect
+import logging
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from typing import Callable, Iterable
+
+log = logging.getLogger("strata.remote_log_metadata")
+
+REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
+FRAME_VERSION = 1
+SEGMENT_METADATA_API_KEY, SEGMENT_UPDATE_API_KEY, PARTITION_DELETE_API_KEY = 0, 1, 2
+
+
+class RemoteLogSegmentState(IntEnum):
+    COPY_SEGMENT_STARTED = 0
+    COPY_SEGMENT_FINISHED = 1
+    DELETE_SEGMENT_STARTED = 2
+    DELETE_SEGMENT_FINISHED = 3
+
+
+# Kafka's RemoteLogSegmentState.isValidTransition: self-transitions are allowed (idempotent retries), a copy that
+# never finished may go straight to deletion.
+_VALID_NEXT = {
+    RemoteLogSegmentState.COPY_SEGMENT_STARTED: {RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+                                                 RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                                                 RemoteLogSegmentState.DELETE_SEGMENT_STARTED},
+    RemoteLogSegmentState.COPY_SEGMENT_FINISHED: {RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                                                  RemoteLogSegmentState.DELETE_SEGMENT_STARTED},
+    RemoteLogSegmentState.DELETE_SEGMENT_STARTED: {RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+                                                   RemoteLogSegmentState.DELETE_SEGMENT_FINISHED},
+    RemoteLogSegmentState.DELETE_SEGMENT_FINISHED: {RemoteLogSegmentState.DELETE_SEGMENT_FINISHED},
+}
+
+
+def is_valid_transition(src: RemoteLogSegmentState, dst: RemoteLogSegmentState) -> bool:
+    return dst in _VALID_NEXT[src]
+
+
+class RemotePartitionDeleteState(IntEnum):
+    DELETE_PARTITION_MARKED = 0
+    DELETE_PARTITION_STARTED = 1
+    DELETE_PARTITION_FINISHED = 2
+
+
+class RemoteStorageException(Exception):
+    """Kafka's RemoteStorageException: a remote-tier operation failed. `retriable` as in ObjectStoreError."""
+
+    def __init__(self, message: str, *, retriable: bool = True):
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class RemoteResourceNotFoundException(RemoteStorageException):
+    def __init__(self, message: str):
+        super().__init__(message, retriable=False)
+
+
+def kafka_uuid(u: uuid.UUID) -> str:
+    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes without padding (22 characters)."""
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicIdPartition:
+    topic_id: uuid.UUID
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{kafka_uuid(self.topic_id)}:{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentId:
+    tip: TopicIdPartition
+    id: uuid.UUID
+
+    @classmethod
+    def generate(cls, tip: TopicIdPartition) -> "RemoteLogSegmentId":
+        """A fresh id for every copy attempt, so a retried copy never collides with a half-written one."""
+        return cls(tip, uuid.uuid4())
+
+    def __str__(self) -> str:
+        return f"RemoteLogSegmentId({self.tip}, {kafka_uuid(self.id)})"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadata:
+    segment_id: RemoteLogSegmentId
+    start_offset: int
+    end_offset: int                    # inclusive
+    max_timestamp_ms: int
+    broker_id: int
+    event_timestamp_ms: int
+    segment_size_in_bytes: int
+    segment_leader_epochs: tuple[tuple[int, int], ...]   # (epoch, start offset) ascending
+    state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+    custom_metadata: bytes | None = None
+    txn_index_empty: bool = True
+
+    @property
+    def tip(self) -> TopicIdPartition:
+        return self.segment_id.tip
+
+    def with_update(self, u: "RemoteLogSegmentMetadataUpdate") -> "RemoteLogSegmentMetadata":
+        return replace(self, state=u.state, event_timestamp_ms=u.event_timestamp_ms, broker_id=u.broker_id,
+                       custom_metadata=u.custom_metadata if u.custom_metadata is not None else self.custom_metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadataUpdate:
+    segment_id: RemoteLogSegmentId
+    event_timestamp_ms: int
+    custom_metadata: bytes | None
+    state: RemoteLogSegmentState
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePartitionDeleteMetadata:
+    tip: TopicIdPartition
+    state: RemotePartitionDeleteState
+    event_timestamp_ms: int
+    broker_id: int
+
+
+# ---- serde (Kafka's flexible-version message encoding) -----------------------------------------------------------
+_I8, _I32, _I64 = struct.Struct(">b"), struct.Struct(">i"), struct.Struct(">q")
+
+
+def _uvarint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf):
+        self.buf, self.pos = memoryview(buf), 0
+
+    def uvarint(self) -> int:
+        v = shift = 0
+        while True:
+            b = self.buf[self.pos]
+            self.pos += 1
+            v |= (b & 0x7F) << shift
+            if b < 0x80:
+                return v
+            shift += 7
+            if shift > 35:
+                raise ValueError("varint too long")
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.buf):
+            raise ValueError("record truncated")
+        b = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return b
+
+    def i8(self) -> int:
+        return _I8.unpack(self.take(1))[0]
+
+    def i32(self) -> int:
+        return _I32.unpack(self.take(4))[0]
+
+    def i64(self) -> int:
+        return _I64.unpack(self.take(8))[0]
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self.take(16))
+
+    def string(self) -> str:
+        n = self.uvarint() - 1
+        if n < 0:
+            raise ValueError("null string in a non-nullable field")
+        return self.take(n).decode()
+
+    def nullable_bytes(self) -> bytes | None:
+        n = self.uvarint() - 1
+        return None if n < 0 else self.take(n)
+
+    def tags(self) -> dict[int, bytes]:
+        out = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            out[tag] = self.take(self.uvarint())
+        return out
+
+
+def _string(s: str) -> bytes:
+    b = s.encode()
+    return _uvarint(len(b) + 1) + b
+
+
+def _nullable_bytes(b: bytes | None) -> bytes:
+    return b"\x00" if b is None else _uvarint(len(b) + 1) + b
+
+
+def _tip(t: TopicIdPartition) -> bytes:
+    return _string(t.topic) + t.topic_id.bytes + _I32.pack(t.partition) + b"\x00"
+
+
+def _read_tip(r: _Reader) -> TopicIdPartition:
+    name, tid, part = r.string(), r.uuid(), r.i32()
+    r.tags()
+    return TopicIdPartition(tid, name, part)
+
+
+def _segment_id(s: RemoteLogSegmentId) -> bytes:
+    return _tip(s.tip) + s.id.bytes + b"\x00"
+
+
+def _read_segment_id(r: _Reader) -> RemoteLogSegmentId:
+    tip = _read_tip(r)
+    sid = r.uuid()
+    r.tags()
+    return RemoteLogSegmentId(tip, sid)
+
+
+def _frame(api_key: int) -> bytes:
+    return _uvarint(FRAME_VERSION) + _uvarint(api_key) + _uvarint(0)
+
+
+def serialize(event) -> bytes:
+    """One metadata event -> a `__remote_log_metadata` record value (Kafka's RemoteLogMetadataSerde)."""
+    if isinstance(event, RemoteLogSegmentMetadata):
+        out = bytearray(_frame(SEGMENT_METADATA_API_KEY))
+        out += _segment_id(event.segment_id)
+        out += _I64.pack(event.start_offset) + _I64.pack(event.end_offset) + _I32.pack(event.broker_id)
+        out += _I64.pack(event.max_timestamp_ms) + _I64.pack(event.event_timestamp_ms)
+        out += _uvarint(len(event.segment_leader_epochs) + 1)
+        for epoch, offset in event.segment_leader_epochs:
+            out += _I32.pack(epoch) + _I64.pack(offset) + b"\x00"
+        out += _I32.pack(event.segment_size_in_bytes) + _nullable_bytes(event.custom_metadata)
+        out += _I8.pack(int(event.state))
+        out += b"\x01" + _uvarint(0) + _uvarint(1) + (b"\x01" if event.txn_index_empty else b"\x00")  # tag 0
+        return bytes(out)
+    if isinstance(event, RemoteLogSegmentMetadataUpdate):
+        return (_frame(SEGMENT_UPDATE_API_KEY) + _segment_id(event.segment_id) + _I32.pack(event.broker_id)
+                + _I64.pack(event.event_timestamp_ms) + _nullable_bytes(event.custom_metadata)
+                + _I8.pack(int(event.state)) + b"\x00")
+    if isinstance(event, RemotePartitionDeleteMetadata):
+        return (_frame(PARTITION_DELETE_API_KEY) + _tip(event.tip) + _I32.pack(event.broker_id)
+                + _I64.pack(event.event_timestamp_ms) + _I8.pack(int(event.state)) + b"\x00")
+    raise TypeError(f"not a remote log metadata event: {event!r}")
+
+
+def deserialize(data) -> RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata:
+    """Inverse of `serialize`; unknown tagged fields are skipped, as Kafka does. ValueError on anything else."""
+    r = _Reader(data)
+    try:
+        frame, api_key, version = r.uvarint(), r.uvarint(), r.uvarint()
+        if frame != FRAME_VERSION:
+            raise ValueError(f"unknown metadata frame version {frame}")
+        if version > 1:
+            raise ValueError(f"unsupported version {version} of metadata record {api_key}")
+        if api_key == SEGMENT_METADATA_API_KEY:
+            sid = _read_segment_id(r)
+            start, end, broker, max_ts, event_ts = r.i64(), r.i64(), r.i32(), r.i64(), r.i64()
+            epochs = []
+            for _ in range(r.uvarint() - 1):
+                epochs.append((r.i32(), r.i64()))
+                r.tags()
+            size, custom, state = r.i32(), r.nullable_bytes(), RemoteLogSegmentState(r.i8())
+            tags = r.tags()
+            txn_empty = tags[0] != b"\x00" if 0 in tags else True
+            return RemoteLogSegmentMetadata(sid, start, end, max_ts, broker, event_ts, size, tuple(epochs), state,
+                                            custom, txn_empty)
+        if api_key == SEGMENT_UPDATE_API_KEY:
+            sid = _read_segment_id(r)
+            broker, event_ts, custom, state = r.i32(), r.i64(), r.nullable_bytes(), RemoteLogSegmentState(r.i8())
+            r.tags()
+            return RemoteLogSegmentMetadataUpdate(sid, event_ts, custom, state, broker)
+        if api_key == PARTITION_DELETE_API_KEY:
+            tip = _read_tip(r)
+            broker, event_ts, state = r.i32(), r.i64(), RemotePartitionDeleteState(r.i8())
+            r.tags()
+            return RemotePartitionDeleteMetadata(tip, state, event_ts, broker)
+    except (IndexError, struct.error, UnicodeDecodeError) as e:
+        raise ValueError(f"corrupt remote log metadata record: {e}") from None
+    raise ValueError(f"unknown remote log metadata apiKey {api_key}")
+
+
+# ---- partitioner (Kafka's RemoteLogMetadataTopicPartitioner) ---------------------------------------------------
+def murmur2(data: bytes) -> int:
+    """Kafka's Utils.murmur2 (signed 32-bit result)."""
+    m, r = 0x5BD1E995, 24
+    length = len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    n4 = length // 4
+    for i in range(n4):
+        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length & 3
+    tail = length & ~3
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _java_long_hash(v: int) -> int:
+    v &= 0xFFFFFFFFFFFFFFFF
+    return (v ^ (v >> 32)) & 0xFFFFFFFF
+
+
+def metadata_partition(tip: TopicIdPartition, num_partitions: int) -> int:
+    """toPositive(murmur2(int32 BE of Objects.hash(topicId.lsb, topicId.msb, partition))) % numPartitions."""
+    b = tip.topic_id.bytes
+    msb, lsb = int.from_bytes(b[:8], "big"), int.from_bytes(b[8:], "big")
+    h = 1
+    for part in (_java_long_hash(lsb), _java_long_hash(msb), tip.partition & 0xFFFFFFFF):
+        h = (31 * h + part) & 0xFFFFFFFF
+    return (murmur2(h.to_bytes(4, "big")) & 0x7FFFFFFF) % num_partitions
+
+
+# ---- in-memory view ---------------------------------------------------------------------------------------------
+@dataclass
+class _EpochState:
+    """Kafka's RemoteLogLeaderEpochState: finished segments by the offset where this epoch starts in them."""
+    offsets: list[int] = field(default_factory=list)             # sorted
+    ids: list[uuid.UUID] = field(default_factory=list)           # parallel to offsets
+    unreferenced: set[uuid.UUID] = field(default_factory=set)    # started / being deleted
+    highest_log_offset: int | None = None
+
+    def put(self, offset: int, sid: uuid.UUID) -> None:
+        i = bisect.bisect_left(self.offsets, offset)
+        if i < len(self.offsets) and self.offsets[i] == offset:
+            self.ids[i] = sid
+        else:
+            self.offsets.insert(i, offset)
+            self.ids.insert(i, sid)
+
+    def remove(self, offset: int, sid: uuid.UUID) -> None:
+        i = bisect.bisect_left(self.offsets, offset)
+        if i < len(self.offsets) and self.offsets[i] == offset and self.ids[i] == sid:
+            del self.offsets[i], self.ids[i]
+
+    def floor(self, offset: int) -> uuid.UUID | None:
+        i = bisect.bisect_right(self.offsets, offset) - 1
+        return self.ids[i] if i >= 0 else None
+
+
+class RemoteLogMetadataCache:
+    """All remote segments of one user partition (Kafka's RemoteLogMetadataCache)."""
+
+    def __init__(self, tip: TopicIdPartition):
+        self.tip = tip
+        self.segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        self.epochs: dict[int, _EpochState] = {}
+
+    def _epoch(self, epoch: int) -> _EpochState:
+        st = self.epochs.get(epoch)
+        if st is None:
+            st = self.epochs[epoch] = _EpochState()
+        return st
+
+    def add_copy_in_progress(self, md: RemoteLogSegmentMetadata) -> None:
+        if md.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            raise ValueError(f"a new remote segment must be COPY_SEGMENT_STARTED, not {md.state.name}")
+        if md.segment_id.id in self.segments:
+            raise ValueError(f"{md.segment_id} already exists")
+        self.segments[md.segment_id.id] = md
+        for epoch, _ in md.segment_leader_epochs:
+            self._epoch(epoch).unreferenced.add(md.segment_id.id)
+
+    def update(self, u: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        sid = u.segment_id.id
+        old = self.segments.get(sid)
+        if old is None:
+            raise KeyError(f"no remote segment {u.segment_id}")
+        if not is_valid_transition(old.state, u.state):
+            raise ValueError(f"invalid state transition {old.state.name} -> {u.state.name} for {u.segment_id}")
+        new = old.with_update(u)
+        S = RemoteLogSegmentState
+        if u.state == S.COPY_SEGMENT_FINISHED:
+            for i, (epoch, start) in enumerate(new.segment_leader_epochs):
+                st = self._epoch(epoch)
+                st.unreferenced.discard(sid)
+                st.put(start, sid)
+                end = (new.segment_leader_epochs[i + 1][1] - 1 if i + 1 < len(new.segment_leader_epochs)
+                       else new.end_offset)
+                st.highest_log_offset = end if st.highest_log_offset is None else max(st.highest_log_offset, end)
+        elif u.state == S.DELETE_SEGMENT_STARTED:
+            for epoch, start in new.segment_leader_epochs:
+                st = self._epoch(epoch)
+                st.remove(start, sid)
+                st.unreferenced.add(sid)
+        if u.state == S.DELETE_SEGMENT_FINISHED:
+            del self.segments[sid]
+            for epoch, _ in new.segment_leader_epochs:
+                st = self.epochs.get(epoch)
+                if st is not None:
+                    st.unreferenced.discard(sid)
+        else:
+            self.segments[sid] = new
+        return new
+
+    def segment_for(self, epoch: int, offset: int) -> RemoteLogSegmentMetadata | None:
+        """Kafka's remoteLogSegmentMetadata(epoch, offset): the finished segment holding `offset` in `epoch`."""
+        st = self.epochs.get(epoch)
+        sid = st.floor(offset) if st is not None else None
+        if sid is None:
+            return None
+        md = self.segments[sid]
+        epochs = md.segment_leader_epochs
+        end = md.end_offset
+        for i, (e, _) in enumerate(epochs):
+            if e == epoch and i + 1 < len(epochs):
+                end = epochs[i + 1][1] - 1
+        return md if offset <= end else None
+
+    def highest_offset_for_epoch(self, epoch: int) -> int | None:
+        st = self.epochs.get(epoch)
+        return st.highest_log_offset if st is not None else None
+
+    def list_segments(self, epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
+        """All segments (any state but DELETE_SEGMENT_FINISHED) by start offset; with `epoch`, those holding
+        records of that epoch."""
+        segs = self.segments.values()
+        if epoch is not None:
+            segs = [s for s in segs if any(e == epoch for e, _ in s.segment_leader_epochs)]
+        return sorted(segs, key=lambda s: (s.start_offset, s.end_offset, s.event_timestamp_ms))
+
+    def remote_log_size(self, epoch: int | None = None) -> int:
+        return sum(s.segment_size_in_bytes for s in self.list_segments(epoch)
+                   if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+
+
+# ---- the manager ------------------------------------------------------------------------------------------------
+class TopicBasedRemoteLogMetadataManager:
+    """RemoteLogMetadataManager over the internal topic `__remote_log_metadata`.
+
+    Writes append to the topic through ReplicaManager.append_internal and then apply the event to the in-memory
+    view, so every lookup reflects only persisted events (Kafka waits for its consumer to catch up instead).
+    """
+
+    def __init__(self, replicas, *, broker_id: int, num_partitions: int = 50, retention_ms: int = -1,
+                 time_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+        self.replicas = replicas
+        self.broker_id = broker_id
+        self.num_partitions = num_partitions
+        self.retention_ms = retention_ms
+        self._time_ms = time_ms
+        self.caches: dict[TopicIdPartition, RemoteLogMetadataCache] = {}
+        self.partition_deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
+        self.events_loaded = 0
+
+    # ---- lifecycle ----
+    def start(self) -> None:
+        """Create the topic if needed, then rebuild the view by replaying every metadata partition."""
+        info = self.replicas.ensure_internal_topic(REMOTE_LOG_METADATA_TOPIC, self.num_partitions, {
+            "retention.ms": str(self.retention_ms), "retention.bytes": "-1", "cleanup.policy": "delete",
+            "remote.storage.enable": "false"})
+        if info.partitions != self.num_partitions:
+            log.warning("%s has %d partitions, remote.log.metadata.topic.num.partitions is %d; using %d",
+                        REMOTE_LOG_METADATA_TOPIC, info.partitions, self.num_partitions, info.partitions)
+            self.num_partitions = info.partitions
+        t0 = time.monotonic()
+        n = bad = 0
+        for p in range(self.num_partitions):
+            part = self.replicas.get(REMOTE_LOG_METADATA_TOPIC, p)
+            if part is None:
+                continue
+            for value in _read_values(part.log):
+                try:
+                    self._apply(deserialize(value))
+                    n += 1
+                except (ValueError, KeyError) as e:
+                    bad += 1
+                    log.error("skipping remote log metadata event in %s-%d: %s", REMOTE_LOG_METADATA_TOPIC, p, e)
+        self.events_loaded = n
+        log.info("remote log metadata: replayed %d event(s) (%d skipped) for %d partition(s) in %.2fs", n, bad,
+                 len(self.caches), time.monotonic() - t0)
+
+    # ---- writes ----
+    def _publish(self, tip: TopicIdPartition, event) -> None:
+        from protocol.record_batch import build_batch
+        p = metadata_partition(tip, self.num_partitions)
+        self.replicas.append_internal(REMOTE_LOG_METADATA_TOPIC, p,
+                                      build_batch([(None, serialize(event))], timestamp_ms=self._time_ms()))
+
+    def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
+        if md.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            raise ValueError(f"a new remote segment must be COPY_SEGMENT_STARTED, not {md.state.name}")
+        cache = self.caches.get(md.tip)
+        if cache is not None and md.segment_id.id in cache.segments:
+            raise ValueError(f"{md.segment_id} already exists")
+        self._publish(md.tip, md)
+        self._apply(md)
+
+    def update_remote_log_segment_metadata(self, u: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        if u.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            raise ValueError("an update cannot move a segment to COPY_SEGMENT_STARTED")
+        cache = self.caches.get(u.segment_id.tip)
+        old = cache.segments.get(u.segment_id.id) if cache is not None else None
+        if old is None:
+            raise KeyError(f"no remote segment {u.segment_id}")
+        if not is_valid_transition(old.state, u.state):
+            raise ValueError(f"invalid state transition {old.state.name} -> {u.state.name} for {u.segment_id}")
+        self._publish(u.segment_id.tip, u)
+        return self._apply(u)
+
+    def update_state(self, md: RemoteLogSegmentMetadata, state: RemoteLogSegmentState) -> RemoteLogSegmentMetadata:
+        return self.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            md.segment_id, self._time_ms(), None, state, self.broker_id))
+
+    def put_remote_partition_delete_metadata(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
+        ev = RemotePartitionDeleteMetadata(tip, state, self._time_ms(), self.broker_id)
+        self._publish(tip, ev)
+        self._apply(ev)
+
+    def _apply(self, ev):
+        if isinstance(ev, RemoteLogSegmentMetadata):
+            cache = self.caches.get(ev.tip)
+            if cache is None:
+                cache = self.caches[ev.tip] = RemoteLogMetadataCache(ev.tip)
+            cache.add_copy_in_progress(ev)
+            return ev
+        if isinstance(ev, RemoteLogSegmentMetadataUpdate):
+            cache = self.caches.get(ev.segment_id.tip)
+            if cache is None:
+                raise KeyError(f"no remote segments for {ev.segment_id.tip}")
+            return cache.update(ev)
+        if isinstance(ev, RemotePartitionDeleteMetadata):
+            prev = self.partition_deletes.get(ev.tip)
+            if prev is not None and ev.state < prev.state:
+                raise ValueError(f"invalid partition delete transition {prev.state.name} -> {ev.state.name}")
+            if ev.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+                self.partition_deletes.pop(ev.tip, None)
+                self.caches.pop(ev.tip, None)
+            else:
+                self.partition_deletes[ev.tip] = ev
+            return ev
+        raise TypeError(ev)
+
+    # ---- reads ----
+    def remote_log_segment_metadata(self, tip: TopicIdPartition, epoch: int, offset: int):
+        cache = self.caches.get(tip)
+        return cache.segment_for(epoch, offset) if cache is not None else None
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
+        cache = self.caches.get(tip)
+        return cache.highest_offset_for_epoch(epoch) if cache is not None else None
+
+    def list_remote_log_segments(self, tip: TopicIdPartition, epoch: int | None = None):
+        cache = self.caches.get(tip)
+        return cache.list_segments(epoch) if cache is not None else []
+
+    def remote_log_size(self, tip: TopicIdPartition, epoch: int | None = None) -> int:
+        cache = self.caches.get(tip)
+        return cache.remote_log_size(epoch) if cache is not None else 0
+
+    def pending_partition_deletes(self) -> list[TopicIdPartition]:
+        return list(self.partition_deletes)
+
+    def known_partitions(self) -> Iterable[TopicIdPartition]:
+        return list(self.caches)
+
+
+def _read_values(plog) -> Iterable[bytes]:
+    """Every record value of a (never tiered) internal-topic log, from its start to the high watermark."""
+    from protocol.record_batch import iter_batches
+    from protocol.records import CONTROL_BIT, iter_records
+    offset = plog.log_start_offset
+    hw = plog.high_watermark
+    while offset < hw:
+        views = plog.read(offset, 1 << 20, max_offset=hw)
+        nxt = offset
+        for view in views:
+            for pos, h in iter_batches(view):
+                nxt = max(nxt, h.last_offset + 1)
+                if h.attributes & CONTROL_BIT:
+                    continue
+                for rec in iter_records(view[pos:pos + h.size]):
+                    if rec.offset >= offset and rec.value is not None:
+                        yield bytes(rec.value)
+        if nxt <= offset:
+            break
+        offset = nxt
