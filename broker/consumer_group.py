@@ -22,11 +22,12 @@ restored members get a fresh session timeout and are fenced unless they keep hea
 Not implemented: online upgrade/downgrade of non-empty groups between the classic and consumer protocols (an Empty
 group of either kind converts, as Kafka does), rack-aware assignment, client-side assignors (KIP-848 classic
 members), topic metadata hashing (subscriptions are re-resolved against the topic store on every heartbeat).
+
+The replayed group and member state is broker/consumer_group_state.py, the assignors broker/consumer_group_assignors.py.
 """
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import re
 import uuid
@@ -34,11 +35,15 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from broker import group_metadata_store as gms
-from broker.group_metadata_store import (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CONSUMER_GROUP_MEMBER_METADATA,
-                                         CONSUMER_GROUP_METADATA, CONSUMER_GROUP_PARTITION_METADATA,
-                                         CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
-                                         CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, ConsumerMemberValue,
-                                         CurrentAssignmentValue, OffsetAndMetadata, RecordKey)
+from broker import group_records as gr
+from broker.consumer_group_assignors import ASSIGNORS
+from broker.consumer_group_state import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, STABLE,
+                                         UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, Assignment, ConsumerGroup,
+                                         ConsumerGroupMember)
+from broker.group_records import (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CONSUMER_GROUP_MEMBER_METADATA,
+                                  CONSUMER_GROUP_METADATA, CONSUMER_GROUP_PARTITION_METADATA,
+                                  CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+                                  OffsetAndMetadata, RecordKey)
 
 log = logging.getLogger("strata.groups.consumer")
 
@@ -61,16 +66,6 @@ UNSUPPORTED_ASSIGNOR = 112
 STALE_MEMBER_EPOCH = 113
 INVALID_REGULAR_EXPRESSION = 128
 
-LEAVE_GROUP_MEMBER_EPOCH = -1
-LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
-
-# ---- member and group states ---------------------------------------------------------------------------------------
-STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS = 0, 1, 2     # MemberState values in the records
-MEMBER_STATE_NAMES = {STABLE: "stable", UNREVOKED_PARTITIONS: "unrevoked_partitions",
-                      UNRELEASED_PARTITIONS: "unreleased_partitions"}
-GROUP_EMPTY, GROUP_ASSIGNING, GROUP_RECONCILING, GROUP_STABLE, GROUP_DEAD = (
-    "Empty", "Assigning", "Reconciling", "Stable", "Dead")
-
 CONSUMER_DEFAULTS: dict[str, str] = {
     "group.consumer.session.timeout.ms": "45000",
     "group.consumer.heartbeat.interval.ms": "5000",
@@ -89,8 +84,6 @@ def _setting(config, key: str) -> str:
     value = config.get(key) if config is not None else None
     return str(value) if value not in (None, "") else CONSUMER_DEFAULTS[key]
 
-
-Assignment = dict   # {topic id: frozenset(partitions)}
 
 
 def _assignment_subset(owned, assignment: Assignment) -> bool:
@@ -114,253 +107,6 @@ def _owns_any(owned, assignment: Assignment) -> bool:
             return True
     return False
 
-
-def _normalize(assignment: dict) -> Assignment:
-    return {t: frozenset(ps) for t, ps in assignment.items() if ps}
-
-
-# ---- members and groups --------------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class ConsumerGroupMember:
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: tuple[str, ...] = ()
-    subscribed_topic_regex: str | None = None
-    rebalance_timeout_ms: int = -1
-    server_assignor: str | None = None
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
-    state: int = STABLE
-    assigned: Assignment = None
-    pending_revocation: Assignment = None
-
-    def __post_init__(self):
-        if self.assigned is None:
-            self.assigned = {}
-        if self.pending_revocation is None:
-            self.pending_revocation = {}
-
-    def metadata_value(self) -> ConsumerMemberValue:
-        return ConsumerMemberValue(self.instance_id, self.rack_id, self.client_id, self.client_host,
-                                   self.subscribed_topic_names, self.subscribed_topic_regex,
-                                   self.rebalance_timeout_ms, self.server_assignor)
-
-    def assignment_value(self) -> CurrentAssignmentValue:
-        return CurrentAssignmentValue(self.member_epoch, self.previous_member_epoch, self.state, self.assigned,
-                                      self.pending_revocation)
-
-    def same_assignment(self, other: "ConsumerGroupMember") -> bool:
-        return (self.member_epoch, self.previous_member_epoch, self.state, self.assigned, self.pending_revocation) \
-            == (other.member_epoch, other.previous_member_epoch, other.state, other.assigned,
-                other.pending_revocation)
-
-    def is_reconciled_to(self, epoch: int) -> bool:
-        return self.state == STABLE and self.member_epoch == epoch
-
-
-class ConsumerGroup:
-    """The replayed state of one consumer group."""
-
-    def __init__(self, group_id: str):
-        self.group_id = group_id
-        self.exists = False                     # a ConsumerGroupMetadata record is live
-        self.group_epoch = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, ConsumerGroupMember] = {}
-        self.static_members: dict[str, str] = {}        # instance id -> member id
-        self.target: dict[str, Assignment] = {}          # member id -> target assignment
-        self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}   # partitions some member owns
-        self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-        self.subscription_metadata: dict[str, tuple[uuid.UUID, int]] | None = None   # in memory only
-
-    def copy(self) -> "ConsumerGroup":
-        g = copy.copy(self)
-        g.members = {mid: copy.copy(m) for mid, m in self.members.items()}
-        g.static_members = dict(self.static_members)
-        g.target = dict(self.target)
-        g.partition_epochs = dict(self.partition_epochs)
-        g.offsets = dict(self.offsets)
-        return g
-
-    # -- state -------------------------------------------------------------------------------------------------------
-    def state(self) -> str:
-        if not self.members:
-            return GROUP_EMPTY
-        if self.group_epoch > self.assignment_epoch:
-            return GROUP_ASSIGNING
-        if any(not m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
-            return GROUP_RECONCILING
-        return GROUP_STABLE
-
-    def static_member(self, instance_id: str | None) -> ConsumerGroupMember | None:
-        mid = self.static_members.get(instance_id) if instance_id is not None else None
-        return self.members.get(mid) if mid is not None else None
-
-    def current_partition_epoch(self, topic_id, partition) -> int:
-        return self.partition_epochs.get((topic_id, partition), -1)
-
-    # -- replay ------------------------------------------------------------------------------------------------------
-    def replay(self, key: RecordKey, value) -> None:
-        t = key.type
-        if t == CONSUMER_GROUP_METADATA:
-            if value is None:
-                self.exists = False
-                self.group_epoch = 0
-            else:
-                self.exists = True
-                self.group_epoch = value
-        elif t == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
-            self.assignment_epoch = 0 if value is None else value
-        elif t == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
-            if value is None:
-                self.target.pop(key.member, None)
-            else:
-                self.target[key.member] = _normalize(value)
-        elif t == CONSUMER_GROUP_MEMBER_METADATA:
-            if value is None:
-                old = self.members.pop(key.member, None)
-                if old is not None:
-                    self._drop_partition_epochs(old)
-                    if old.instance_id is not None and self.static_members.get(old.instance_id) == key.member:
-                        del self.static_members[old.instance_id]
-                return
-            old = self.members.get(key.member)
-            m = copy.copy(old) if old is not None else ConsumerGroupMember(key.member)
-            m.instance_id, m.rack_id = value.instance_id, value.rack_id
-            m.client_id, m.client_host = value.client_id, value.client_host
-            m.subscribed_topic_names = tuple(sorted(value.subscribed_topic_names))
-            m.subscribed_topic_regex = value.subscribed_topic_regex
-            m.rebalance_timeout_ms, m.server_assignor = value.rebalance_timeout_ms, value.server_assignor
-            self.members[key.member] = m
-            if old is not None and old.instance_id is not None and old.instance_id != m.instance_id \
-                    and self.static_members.get(old.instance_id) == key.member:
-                del self.static_members[old.instance_id]
-            if m.instance_id is not None:
-                self.static_members[m.instance_id] = key.member
-        elif t == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
-            old = self.members.get(key.member)
-            if old is None:
-                if value is None:
-                    return
-                old = ConsumerGroupMember(key.member)
-            self._drop_partition_epochs(old)
-            m = copy.copy(old)
-            if value is None:
-                m.member_epoch, m.previous_member_epoch, m.state = LEAVE_GROUP_MEMBER_EPOCH, -1, STABLE
-                m.assigned, m.pending_revocation = {}, {}
-            else:
-                m.member_epoch, m.previous_member_epoch, m.state = (value.member_epoch, value.previous_member_epoch,
-                                                                    value.state)
-                m.assigned, m.pending_revocation = _normalize(value.assigned), _normalize(value.pending_revocation)
-                for assignment in (m.assigned, m.pending_revocation):
-                    for topic_id, parts in assignment.items():
-                        for p in parts:
-                            self.partition_epochs[(topic_id, p)] = m.member_epoch
-            self.members[key.member] = m
-
-    def _drop_partition_epochs(self, m: ConsumerGroupMember) -> None:
-        for assignment in (m.assigned, m.pending_revocation):
-            for topic_id, parts in assignment.items():
-                for p in parts:
-                    if self.partition_epochs.get((topic_id, p)) == m.member_epoch:
-                        del self.partition_epochs[(topic_id, p)]
-
-
-# ---- assignors -----------------------------------------------------------------------------------------------------
-def uniform_assign(subscriptions: dict[str, set], topics: dict,
-                   current: dict[str, Assignment]) -> dict[str, Assignment]:
-    """Kafka's UniformAssignor in spirit: every partition of the subscribed topics goes to a member subscribed to its
-    topic, member loads differ by at most one wherever subscriptions allow, and partitions stay where they are
-    (current target) unless balance requires a move."""
-    owned: dict[str, set] = {m: set() for m in subscriptions}
-    taken = set()
-    for m in sorted(subscriptions):
-        for topic_id, parts in current.get(m, {}).items():
-            if topic_id in subscriptions[m] and topic_id in topics:
-                for p in parts:
-                    if p < topics[topic_id] and (topic_id, p) not in taken:
-                        taken.add((topic_id, p))
-                        owned[m].add((topic_id, p))
-    if subscriptions and len({frozenset(s & topics.keys()) for s in subscriptions.values()}) == 1:
-        return _uniform_homogeneous(subscriptions, topics, owned)
-    eligible = {t: sorted(m for m, subs in subscriptions.items() if t in subs) for t in topics}
-    for topic_id in sorted(topics, key=str):
-        cands = eligible[topic_id]
-        if not cands:
-            continue
-        for p in range(topics[topic_id]):
-            if (topic_id, p) not in taken:
-                m = min(cands, key=lambda c: (len(owned[c]), c))
-                owned[m].add((topic_id, p))
-                taken.add((topic_id, p))
-    # Balance: move partitions from the most to the least loaded eligible members until no move helps.
-    while True:
-        moved = False
-        for src in sorted(owned, key=lambda m: (-len(owned[m]), m)):
-            for tp in sorted(owned[src], key=lambda x: (str(x[0]), x[1]), reverse=True):
-                dsts = [m for m in eligible[tp[0]] if m != src and len(owned[m]) + 1 < len(owned[src])]
-                if dsts:
-                    dst = min(dsts, key=lambda c: (len(owned[c]), c))
-                    owned[src].discard(tp)
-                    owned[dst].add(tp)
-                    moved = True
-                    break
-            if moved:
-                break
-        if not moved:
-            break
-    return {m: _group_by_topic(tps) for m, tps in owned.items()}
-
-
-def _uniform_homogeneous(subscriptions: dict[str, set], topics: dict, owned: dict[str, set]) -> dict[str, Assignment]:
-    """Everyone subscribes to the same topics: quotas of floor/ceil(P/M), the larger ones to the members that hold
-    the most already; members keep what fits their quota and the rest is dealt out to those below it."""
-    members = sorted(subscriptions, key=lambda m: (-len(owned[m]), m))
-    subscribed = next(iter(subscriptions.values())) & topics.keys()
-    everything = [(t, p) for t in sorted(subscribed, key=str) for p in range(topics[t])]
-    base, extra = divmod(len(everything), len(members))
-    free = set(everything)
-    for i, m in enumerate(members):
-        quota = base + (1 if i < extra else 0)
-        keep = sorted(owned[m], key=lambda x: (str(x[0]), x[1]))[:quota]
-        owned[m] = set(keep)
-        free.difference_update(keep)
-    pool = sorted(free, key=lambda x: (str(x[0]), x[1]), reverse=True)
-    for i, m in enumerate(members):
-        quota = base + (1 if i < extra else 0)
-        while len(owned[m]) < quota and pool:
-            owned[m].add(pool.pop())
-    return {m: _group_by_topic(tps) for m, tps in owned.items()}
-
-
-def range_assign(subscriptions: dict[str, set], topics: dict, current: dict[str, Assignment]) -> dict[str, Assignment]:
-    """Kafka's RangeAssignor: per topic, the subscribed members (sorted by member id) get contiguous ranges, the
-    first `partitions % members` one partition more; co-partitioned topics line up."""
-    out: dict[str, set] = {m: set() for m in subscriptions}
-    for topic_id, n in sorted(topics.items(), key=lambda kv: str(kv[0])):
-        members = sorted(m for m, subs in subscriptions.items() if topic_id in subs)
-        if not members:
-            continue
-        quota, extra = divmod(n, len(members))
-        start = 0
-        for i, m in enumerate(members):
-            count = quota + (1 if i < extra else 0)
-            out[m].update((topic_id, p) for p in range(start, start + count))
-            start += count
-    return {m: _group_by_topic(tps) for m, tps in out.items()}
-
-
-ASSIGNORS = {"uniform": uniform_assign, "range": range_assign}
-
-
-def _group_by_topic(tps) -> Assignment:
-    out: dict = {}
-    for topic_id, p in tps:
-        out.setdefault(topic_id, set()).add(p)
-    return {t: frozenset(ps) for t, ps in out.items()}
 
 
 # ---- results -------------------------------------------------------------------------------------------------------
@@ -533,7 +279,7 @@ class ConsumerGroupCoordinator:
         if classic.members or classic.state != "Empty":
             raise _Failed(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         work.offsets = dict(classic.offsets)
-        return work, [(gms.group_metadata_key(group_id), None)]
+        return work, [(gr.group_metadata_key(group_id), None)]
 
     def _check_epoch(self, member: ConsumerGroupMember, epoch: int, owned) -> None:
         if epoch > member.member_epoch:
@@ -989,19 +735,19 @@ class ConsumerGroupCoordinator:
 
 # ---- record encoding ------------------------------------------------------------------------------------------------
 def _encode_key(k: RecordKey) -> bytes:
-    return gms.consumer_group_key(k.type, k.group, k.member)
+    return gr.consumer_group_key(k.type, k.group, k.member)
 
 
 def _encode_value(record_type: int, value) -> bytes:
     if record_type == CONSUMER_GROUP_METADATA:
-        return gms.encode_consumer_group_epoch(value)
+        return gr.encode_consumer_group_epoch(value)
     if record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
-        return gms.encode_target_assignment_epoch(value)
+        return gr.encode_target_assignment_epoch(value)
     if record_type == CONSUMER_GROUP_MEMBER_METADATA:
-        return gms.encode_consumer_member(value)
+        return gr.encode_consumer_member(value)
     if record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
-        return gms.encode_target_assignment_member(value)
+        return gr.encode_target_assignment_member(value)
     if record_type == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
-        return gms.encode_current_assignment(value)
+        return gr.encode_current_assignment(value)
     raise ValueError(f"no value encoding for consumer group record type {record_type}")
 

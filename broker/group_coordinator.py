@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 
 from broker import group_metadata_store as gms
 from broker.consumer_group import ConsumerGroupCoordinator
-from broker.group_metadata_store import GroupMetadataStore, OffsetAndMetadata
+from broker.group_metadata_store import GroupMetadataStore
+from broker.group_records import OffsetAndMetadata
 
 log = logging.getLogger("strata.groups")
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Callable
 
 from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, set_log_append_time
+from storage.cleaned_segment import complete_interrupted_swaps
 from storage.leader_epoch import LeaderEpochFileCache, fsync_dir, write_atomically
 from storage.log_config import LogConfig
-from storage.log_cleaner import complete_interrupted_swaps
 from storage.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
 from storage.producer_state import ProducerAppendInfo, ProducerStateManager
 
@@ -448,7 +448,7 @@ class Log:
             self._set_log_start_offset(first)
         return len(doomed)
 
-    # ---- compaction (storage/log_cleaner.py) -----------------------------------------------------------
+    # ---- compaction (storage/cleaner.py) ---------------------------------------------------------------
     def replace_segments(self, old: list[LogSegment], install: Callable[[], LogSegment]) -> bool:
         """Swap `old`, consecutive sealed segments of this log, for the one segment `install()` puts on disk and
         opens (the log cleaner's swap). Runs on the event loop like every mutator. Returns False, doing nothing,

@@ -6,9 +6,9 @@ import asyncio
 import uuid
 from types import SimpleNamespace
 
-from broker import consumer_group as cg
+from broker import consumer_group_state as cgs
 from broker.config import BrokerConfig
-from broker.consumer_group import range_assign, uniform_assign
+from broker.consumer_group_assignors import range_assign, uniform_assign
 from broker.group_coordinator import GroupCoordinator
 from broker.replica_manager import ReplicaManager
 from metadata.topic_store import TopicStore
@@ -78,11 +78,11 @@ async def test_three_members_share_twelve_partitions_revoking_before_assigning()
     assert b.heartbeat().member_epoch == 2
     # b's target partitions are still owned by a: b waits (UNRELEASED) with none of them.
     g = gc.consumer.groups["g"]
-    assert g.members["b"].state == cg.UNRELEASED_PARTITIONS and not b.owned
+    assert g.members["b"].state == cgs.UNRELEASED_PARTITIONS and not b.owned
     # a must revoke first: same epoch, smaller assignment, state UNREVOKED until its heartbeat drops them.
     ra = a.heartbeat()
     assert ra.member_epoch == 1 and len(a.parts(gc.topics)) == 6
-    assert gc.consumer.groups["g"].members["a"].state == cg.UNREVOKED_PARTITIONS
+    assert gc.consumer.groups["g"].members["a"].state == cgs.UNREVOKED_PARTITIONS
     assert a.heartbeat().member_epoch == 2              # revoked -> moves to the new epoch
     assert b.heartbeat().member_epoch == 2 and len(b.parts(gc.topics)) == 6
     c.heartbeat()
@@ -91,7 +91,7 @@ async def test_three_members_share_twelve_partitions_revoking_before_assigning()
     assert sorted(len(s) for s in sets) == [4, 4, 4]
     assert set().union(*sets) == {("t", p) for p in range(12)} and sum(map(len, sets)) == 12
     g = gc.consumer.groups["g"]
-    assert g.state() == cg.GROUP_STABLE and g.group_epoch == g.assignment_epoch == 3
+    assert g.state() == cgs.GROUP_STABLE and g.group_epoch == g.assignment_epoch == 3
     assert all(m.member_epoch == 3 for m in g.members.values())
     # Stickiness: a kept partitions it had.
     # c leaves; its partitions go to a and b, nobody else's move.
@@ -264,7 +264,7 @@ async def test_consumer_group_reloads_from_the_log(tmp_path):
     gc.start()
     await asyncio.wait_for(gc._load_task, 5)
     g = gc.consumer.groups["g"]
-    assert (g.group_epoch, g.assignment_epoch) == epochs and g.state() == cg.GROUP_STABLE
+    assert (g.group_epoch, g.assignment_epoch) == epochs and g.state() == cgs.GROUP_STABLE
     assert {mid: (m.member_epoch, m.assigned) for mid, m in g.members.items()} == snapshot
     assert g.offsets[("t", 0)].offset == 42 and g.offsets[("t", 0)].metadata == "x"
     # Members carry on with their epochs (no rejoin needed).

@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from broker import group_metadata_store as gms
+from broker import group_records as gr
 from broker.config import BrokerConfig
 from broker.group_coordinator import EMPTY, STABLE, GroupCoordinator
-from broker.group_metadata_store import (ConsumerMemberValue, CurrentAssignmentValue, MemberMetadataValue,
-                                         OffsetAndMetadata, PartitionLoad)
+from broker.group_metadata_store import PartitionLoad
+from broker.group_records import ConsumerMemberValue, CurrentAssignmentValue, MemberMetadataValue, OffsetAndMetadata
 from broker.replica_manager import ReplicaManager
 from metadata.topic_store import TopicStore
 from protocol.record_batch import read_header
@@ -25,41 +26,41 @@ TS = 1_700_000_000_000   # 0x0000018BCFE56800
 # ---- exact bytes against Kafka's layouts --------------------------------------------------------------------------
 def test_offset_commit_key_and_value_bytes_match_kafka():
     # OffsetCommitKey, written with key version 1: int16 version | int16-length group | topic | int32 partition
-    assert gms.offset_commit_key("my-group", "my-topic", 3) == bytes.fromhex(
+    assert gr.offset_commit_key("my-group", "my-topic", 3) == bytes.fromhex(
         "0001" "0008" + b"my-group".hex() + "0008" + b"my-topic".hex() + "00000003")
     # OffsetCommitValue v3: offset int64 | leaderEpoch int32 | metadata string | commitTimestamp int64
     om = OffsetAndMetadata(42, 5, "meta", TS)
-    assert gms.encode_offset_commit_value(om) == bytes.fromhex(
+    assert gr.encode_offset_commit_value(om) == bytes.fromhex(
         "0003" "000000000000002a" "00000005" "0004" + b"meta".hex() + "0000018bcfe56800")
     # v1 when an explicit retention time gave the commit an expire timestamp: no leader epoch, expireTimestamp last
     om1 = OffsetAndMetadata(7, 9, "", TS, TS + 1000)
-    assert gms.encode_offset_commit_value(om1) == bytes.fromhex(
+    assert gr.encode_offset_commit_value(om1) == bytes.fromhex(
         "0001" "0000000000000007" "0000" "0000018bcfe56800" "0000018bcfe56be8")
-    assert gms.decode_offset_commit_value(gms.encode_offset_commit_value(om)) == om
-    assert gms.decode_offset_commit_value(gms.encode_offset_commit_value(om1)) == OffsetAndMetadata(7, -1, "", TS,
-                                                                                                     TS + 1000)
+    assert gr.decode_offset_commit_value(gr.encode_offset_commit_value(om)) == om
+    assert gr.decode_offset_commit_value(gr.encode_offset_commit_value(om1)) == OffsetAndMetadata(7, -1, "", TS,
+                                                                                                  TS + 1000)
 
 
 def test_group_metadata_key_bytes_and_tombstone_key():
-    assert gms.group_metadata_key("my-group") == bytes.fromhex("0002" "0008" + b"my-group".hex())
-    assert gms.decode_key(gms.group_metadata_key("g")) == gms.RecordKey(2, "g")
-    assert gms.decode_key(gms.offset_commit_key("g", "t", 1)) == gms.RecordKey(1, "g", "t", 1)
+    assert gr.group_metadata_key("my-group") == bytes.fromhex("0002" "0008" + b"my-group".hex())
+    assert gr.decode_key(gr.group_metadata_key("g")) == gr.RecordKey(2, "g")
+    assert gr.decode_key(gr.offset_commit_key("g", "t", 1)) == gr.RecordKey(1, "g", "t", 1)
     # key version 0 is the same layout
-    assert gms.decode_key(bytes.fromhex("0000" "0001") + b"g" + bytes.fromhex("0001") + b"t" + bytes(4)) == \
-        gms.RecordKey(0, "g", "t", 0)
-    assert gms.decode_key(struct.pack(">h", 11) + b"\x00\x01g") is None     # share-group records: not ours
+    assert gr.decode_key(bytes.fromhex("0000" "0001") + b"g" + bytes.fromhex("0001") + b"t" + bytes(4)) == \
+        gr.RecordKey(0, "g", "t", 0)
+    assert gr.decode_key(struct.pack(">h", 11) + b"\x00\x01g") is None     # share-group records: not ours
 
 
 def test_offset_commit_value_all_versions_decode():
     v0 = struct.pack(">hqh", 0, 5, 2) + b"md" + struct.pack(">q", TS)
-    assert gms.decode_offset_commit_value(v0) == OffsetAndMetadata(5, -1, "md", TS, None)
+    assert gr.decode_offset_commit_value(v0) == OffsetAndMetadata(5, -1, "md", TS, None)
     v2 = struct.pack(">hqh", 2, 6, 0) + struct.pack(">q", TS)
-    assert gms.decode_offset_commit_value(v2) == OffsetAndMetadata(6, -1, "", TS, None)
+    assert gr.decode_offset_commit_value(v2) == OffsetAndMetadata(6, -1, "", TS, None)
     # v4 is flexible: compact string (uvarint length+1) and an empty tagged-field section
     v4 = struct.pack(">hqi", 4, 8, 3) + bytes([3]) + b"ab" + struct.pack(">q", TS) + b"\x00"
-    assert gms.decode_offset_commit_value(v4) == OffsetAndMetadata(8, 3, "ab", TS, None)
-    with pytest.raises(gms.CorruptGroupRecord):
-        gms.decode_offset_commit_value(struct.pack(">h", 9) + bytes(20))
+    assert gr.decode_offset_commit_value(v4) == OffsetAndMetadata(8, 3, "ab", TS, None)
+    with pytest.raises(gr.CorruptGroupRecord):
+        gr.decode_offset_commit_value(struct.pack(">h", 9) + bytes(20))
 
 
 def _group(members, protocol="range", generation=4, leader=None, ts=TS):
@@ -74,7 +75,7 @@ def _group(members, protocol="range", generation=4, leader=None, ts=TS):
 
 def test_group_metadata_value_v3_layout_and_round_trip():
     g = _group([("m1", None, b"S1"), ("m2", "inst-2", b"S2")], leader="m1")
-    data = gms.encode_group_metadata_value(g, {"m1": b"A1", "m2": b"A2"})
+    data = gr.encode_group_metadata_value(g, {"m1": b"A1", "m2": b"A2"})
 
     def s(x):
         return struct.pack(">h", len(x)) + x.encode()
@@ -87,13 +88,13 @@ def test_group_metadata_value_v3_layout_and_round_trip():
                 + struct.pack(">q", TS) + struct.pack(">i", 2) + member("m1", None, b"S1", b"A1")
                 + member("m2", "inst-2", b"S2", b"A2"))
     assert data == expected
-    v = gms.decode_group_metadata_value(data)
+    v = gr.decode_group_metadata_value(data)
     assert (v.protocol_type, v.generation, v.protocol, v.leader, v.current_state_timestamp) == \
         ("consumer", 4, "range", "m1", TS)
     assert v.members == [MemberMetadataValue("m1", None, "cid", "/10.0.0.1", 30000, 10000, b"S1", b"A1"),
                          MemberMetadataValue("m2", "inst-2", "cid", "/10.0.0.1", 30000, 10000, b"S2", b"A2")]
     # Empty group: null protocol and leader
-    empty = gms.decode_group_metadata_value(gms.encode_group_metadata_value(_group([], None, 5), {}))
+    empty = gr.decode_group_metadata_value(gr.encode_group_metadata_value(_group([], None, 5), {}))
     assert (empty.protocol, empty.leader, empty.members, empty.generation) == (None, None, [], 5)
 
 
@@ -103,7 +104,7 @@ def test_group_metadata_value_old_and_flexible_versions_decode():
     v0 = (struct.pack(">h", 0) + s("consumer") + struct.pack(">i", 1) + s("range") + s("m") + struct.pack(">i", 1)
           + s("m") + s("c") + s("/h") + struct.pack(">i", 6000) + struct.pack(">i", 1) + b"S"
           + struct.pack(">i", 1) + b"A")
-    v = gms.decode_group_metadata_value(v0)
+    v = gr.decode_group_metadata_value(v0)
     assert v.current_state_timestamp == -1 and v.members[0].rebalance_timeout == 6000   # v0: rebalance = session
 
     def cs(x):
@@ -111,27 +112,27 @@ def test_group_metadata_value_old_and_flexible_versions_decode():
     v4 = (struct.pack(">h", 4) + cs("consumer") + struct.pack(">i", 2) + cs("range") + b"\x00"
           + struct.pack(">q", TS) + bytes([2]) + cs("m") + b"\x00" + cs("c") + cs("/h")
           + struct.pack(">ii", 1000, 2000) + bytes([2]) + b"S" + bytes([2]) + b"A" + b"\x00" + b"\x00")
-    v = gms.decode_group_metadata_value(v4)
+    v = gr.decode_group_metadata_value(v4)
     assert (v.protocol, v.leader, v.generation) == ("range", None, 2)
     assert v.members == [MemberMetadataValue("m", None, "c", "/h", 1000, 2000, b"S", b"A")]
 
 
 def test_consumer_group_records_round_trip():
     t1, t2 = uuid.UUID(int=1), uuid.UUID(int=2)
-    key = gms.consumer_group_key(gms.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, "g", "m")
+    key = gr.consumer_group_key(gr.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, "g", "m")
     assert key == bytes.fromhex("0008" "0001") + b"g" + bytes.fromhex("0001") + b"m"
-    assert gms.decode_key(key) == gms.RecordKey(8, "g", member="m")
-    assert gms.decode_key(gms.consumer_group_key(3, "g")) == gms.RecordKey(3, "g")
-    assert gms.encode_consumer_group_epoch(7) == bytes.fromhex("0000" "00000007" "00")
-    assert gms.decode_consumer_group_value(3, gms.encode_consumer_group_epoch(7)) == 7
+    assert gr.decode_key(key) == gr.RecordKey(8, "g", member="m")
+    assert gr.decode_key(gr.consumer_group_key(3, "g")) == gr.RecordKey(3, "g")
+    assert gr.encode_consumer_group_epoch(7) == bytes.fromhex("0000" "00000007" "00")
+    assert gr.decode_consumer_group_value(3, gr.encode_consumer_group_epoch(7)) == 7
     m = ConsumerMemberValue("inst", None, "cid", "/h", ("a", "b"), None, 30000, "uniform")
-    assert gms.decode_consumer_group_value(5, gms.encode_consumer_member(m)) == m
+    assert gr.decode_consumer_group_value(5, gr.encode_consumer_member(m)) == m
     target = {t1: frozenset({0, 2}), t2: frozenset({1})}
-    assert gms.decode_consumer_group_value(7, gms.encode_target_assignment_member(target)) == target
+    assert gr.decode_consumer_group_value(7, gr.encode_target_assignment_member(target)) == target
     cur = CurrentAssignmentValue(5, 4, 1, {t1: frozenset({0})}, {t2: frozenset({3, 4})})
-    data = gms.encode_current_assignment(cur)
+    data = gr.encode_current_assignment(cur)
     assert data[:11] == bytes.fromhex("0000" "00000005" "00000004" "01")
-    assert gms.decode_consumer_group_value(8, data) == cur
+    assert gr.decode_consumer_group_value(8, data) == cur
 
 
 # ---- partitioning -------------------------------------------------------------------------------------------------
@@ -183,13 +184,13 @@ def test_store_append_failures_become_client_errors():
 
 def test_partition_load_latest_wins_and_tombstones_delete():
     load = PartitionLoad()
-    k = gms.offset_commit_key("g", "t", 0)
-    load.add(k, gms.encode_offset_commit_value(OffsetAndMetadata(1, -1, "", TS)))
-    load.add(k, gms.encode_offset_commit_value(OffsetAndMetadata(2, -1, "", TS)))
-    load.add(gms.offset_commit_key("g", "t", 1), gms.encode_offset_commit_value(OffsetAndMetadata(9, -1, "", TS)))
-    load.add(gms.offset_commit_key("g", "t", 1), None)
-    load.add(gms.group_metadata_key("h"), gms.encode_group_metadata_value(_group([], None, 3), {}))
-    load.add(gms.group_metadata_key("h"), None)
+    k = gr.offset_commit_key("g", "t", 0)
+    load.add(k, gr.encode_offset_commit_value(OffsetAndMetadata(1, -1, "", TS)))
+    load.add(k, gr.encode_offset_commit_value(OffsetAndMetadata(2, -1, "", TS)))
+    load.add(gr.offset_commit_key("g", "t", 1), gr.encode_offset_commit_value(OffsetAndMetadata(9, -1, "", TS)))
+    load.add(gr.offset_commit_key("g", "t", 1), None)
+    load.add(gr.group_metadata_key("h"), gr.encode_group_metadata_value(_group([], None, 3), {}))
+    load.add(gr.group_metadata_key("h"), None)
     load.add(b"\x00", b"junk")                        # undecodable: skipped
     assert load.offsets == {"g": {("t", 0): OffsetAndMetadata(2, -1, "", TS)}}
     assert load.classic == {"h": None} and load.group_ids() == {"g"} and load.skipped == 1
@@ -252,8 +253,8 @@ async def test_groups_and_offsets_survive_a_reload(tmp_path):
     # Records landed in the group's partition, in Kafka's format.
     p = gms.partition_for("g1", 5)
     part = replicas.get("__consumer_offsets", p)
-    keys = [gms.decode_key(rec.key) for mv in part.log.read(0, 1 << 20) for rec in iter_all_records(mv)]
-    assert gms.RecordKey(2, "g1") in keys and gms.RecordKey(1, "g1", "t", 0) in keys
+    keys = [gr.decode_key(rec.key) for mv in part.log.read(0, 1 << 20) for rec in iter_all_records(mv)]
+    assert gr.RecordKey(2, "g1") in keys and gr.RecordKey(1, "g1", "t", 0) in keys
     gc.stop()
     replicas.shutdown()
 
@@ -319,8 +320,8 @@ async def test_retention_writes_tombstones(tmp_path):
     now[0] += 61_000
     assert gc.cleanup_expired_offsets() == 1 and "s" not in gc.groups
     part = replicas.get("__consumer_offsets", gms.partition_for("s", 5))
-    recs = [(gms.decode_key(r.key), r.value) for mv in part.log.read(0, 1 << 20) for r in iter_all_records(mv)]
-    assert recs[-2:] == [(gms.RecordKey(1, "s", "t", 0), None), (gms.RecordKey(2, "s"), None)]
+    recs = [(gr.decode_key(r.key), r.value) for mv in part.log.read(0, 1 << 20) for r in iter_all_records(mv)]
+    assert recs[-2:] == [(gr.RecordKey(1, "s", "t", 0), None), (gr.RecordKey(2, "s"), None)]
     gc.stop()
     replicas.shutdown()
     replicas = ReplicaManager(config, TopicStore(config.log_dir))
@@ -348,12 +349,12 @@ async def test_store_failure_fails_the_commit_and_changes_nothing(tmp_path):
 def test_read_partition_skips_control_batches(tmp_path):
     replicas, gc = _open(tmp_path)
     gc.store.ensure_topic()
-    k = gms.offset_commit_key("g", "t", 0)
+    k = gr.offset_commit_key("g", "t", 0)
     control = bytearray(build_records_batch([(k, b"x")], attributes=0x20))   # e.g. a transaction marker
     part = replicas.get("__consumer_offsets", 0)
     assert part.log.append_as_leader(control, [read_header(control, 0)], 0).error_code == 0
     replicas.append_internal("__consumer_offsets", 0, build_records_batch(
-        [(k, gms.encode_offset_commit_value(OffsetAndMetadata(3)))]))
+        [(k, gr.encode_offset_commit_value(OffsetAndMetadata(3)))]))
     chunks = list(gc.store.read_partition(0))
-    assert [kv for c in chunks for kv in c] == [(k, gms.encode_offset_commit_value(OffsetAndMetadata(3)))]
+    assert [kv for c in chunks for kv in c] == [(k, gr.encode_offset_commit_value(OffsetAndMetadata(3)))]
     replicas.shutdown()

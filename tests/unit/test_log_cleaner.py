@@ -10,12 +10,11 @@ import pytest
 from protocol import compression
 from protocol.record_batch import build_batch, read_header, split_and_validate
 from protocol.records import Record, build_records_batch, has_null_key, iter_all_records, iter_records
-from storage import log_cleaner
+from storage import cleaner
+from storage.cleaned_segment import complete_interrupted_swaps
+from storage.cleaner import DELETE_HORIZON_BIT, CleanerConfig, OffsetMap
 from storage.log import Log
-from storage.log_cleaner import (
-    CHECKPOINT_FILE, DELETE_HORIZON_BIT, CleanerConfig, LogCleaner, OffsetMap, complete_interrupted_swaps,
-    read_checkpoint,
-)
+from storage.log_cleaner import CHECKPOINT_FILE, LogCleaner, read_checkpoint
 from storage.log_config import TOPIC_CONFIGS, LogConfig, parse_value
 from storage.log_segment import LogSegment
 
@@ -477,7 +476,7 @@ def test_stop_abandons_a_pass_and_leaves_no_files(tmp_path, clock):
     task = cl.prepare(ltc, clock())
     cl.build_offset_map(task)
     c._stopping.set()
-    with pytest.raises(log_cleaner._Aborted):
+    with pytest.raises(cleaner._Aborted):
         cl.clean_group(task, cl.group_segments(task)[0])
     assert not list(lg.dir.glob("*.cleaned"))
     assert latest_by_key(read_all(lg)) == expected
@@ -551,7 +550,7 @@ def test_crash_during_swap_recovers_a_readable_log(tmp_path, clock, monkeypatch,
             raise SimulatedCrash(f"before delete {n}")
         return real_delete(seg)
 
-    monkeypatch.setattr(log_cleaner.os, "replace", crash_replace)
+    monkeypatch.setattr(cleaner.os, "replace", crash_replace)
     monkeypatch.setattr(LogSegment, "delete", crash_delete)
     with pytest.raises(SimulatedCrash):
         cl.swap(task, groups[0], cleaned)

@@ -1,0 +1,336 @@
+"""Reads from the remote tier (KIP-405): Kafka's RemoteLogReader (a bounded pool of remote reads) and
+RemoteIndexCache, plus a chunk cache with sequential prefetch.
+
+Reads below the local log start go through `read()` on a bounded reader pool (`remote.log.reader.threads` tasks,
+`remote.log.reader.max.pending.tasks` waiting), with a per-segment index cache and a chunk cache with sequential
+prefetch; the Fetch handler waits for them at most `remote.fetch.max.wait.ms`.
+
+`RemoteLogReader` is mixed into RemoteLogManager (storage/remote_log_manager.py) rather than being an object of its
+own: it works on the manager's state (rsm, rlmm, metrics, reader slots and caches), which RemoteLogManager.__init__
+sets up from the broker config with the rest.
+"""
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections import OrderedDict
+from typing import Callable
+
+from storage.log import OffsetOutOfRangeError
+from storage.log_segment import record_timestamps
+from storage.remote_log_metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageException
+from storage.remote_storage_manager import IndexType
+
+S = RemoteLogSegmentState
+_OFF_LEN = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
+_OFFSET_ENTRY = struct.Struct(">II")
+_TIME_ENTRY = struct.Struct(">qI")
+_HEADER_SIZE = 61
+_LAST_OFFSET_DELTA_AT = 23
+
+
+# ---- caches -------------------------------------------------------------------------------------------------------
+class _Indexes:
+    """A remote segment's offset and time index, parsed from Kafka's on-disk formats."""
+    __slots__ = ("base", "offsets", "positions", "times", "time_offsets", "size")
+
+    def __init__(self, base: int, offset_index: bytes, time_index: bytes):
+        self.base = base
+        self.offsets: list[int] = []
+        self.positions: list[int] = []
+        for i in range(len(offset_index) // 8):
+            rel, pos = _OFFSET_ENTRY.unpack_from(offset_index, 8 * i)
+            if self.offsets and (base + rel <= self.offsets[-1] or pos <= self.positions[-1]):
+                break                                  # preallocated zero tail of an untrimmed index
+            self.offsets.append(base + rel)
+            self.positions.append(pos)
+        self.times: list[int] = []
+        self.time_offsets: list[int] = []
+        for i in range(len(time_index) // 12):
+            ts, rel = _TIME_ENTRY.unpack_from(time_index, 12 * i)
+            if self.times and (ts <= self.times[-1] or base + rel < self.time_offsets[-1]):
+                break
+            self.times.append(ts)
+            self.time_offsets.append(base + rel)
+        self.size = len(offset_index) + len(time_index) + 64
+
+    def position_for(self, offset: int) -> int:
+        """Position of the batch to start scanning at for `offset` (largest entry with offset <= target)."""
+        import bisect
+        i = bisect.bisect_right(self.offsets, offset) - 1
+        return self.positions[i] if i >= 0 else 0
+
+    def offset_for_timestamp(self, ts: int) -> int:
+        import bisect
+        i = bisect.bisect_right(self.times, ts) - 1
+        return self.time_offsets[i] if i >= 0 else self.base
+
+
+class _LruFutures:
+    """An LRU of futures keyed by anything, bounded by the byte size of completed values; concurrent requests for one
+    key share one fetch, failed fetches are forgotten."""
+
+    def __init__(self, capacity: int, sizeof: Callable[[object], int]):
+        self.capacity = capacity
+        self.sizeof = sizeof
+        self.entries: OrderedDict = OrderedDict()
+        self.bytes = 0
+
+    def get(self, key, make: Callable[[], "asyncio.Future"]):
+        fut = self.entries.get(key)
+        if fut is not None:
+            self.entries.move_to_end(key)
+            return fut
+        fut = asyncio.ensure_future(make())
+        self.entries[key] = fut
+        fut.add_done_callback(lambda f, k=key: self._done(k, f))
+        return fut
+
+    def contains(self, key) -> bool:
+        return key in self.entries
+
+    def _done(self, key, fut) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            if self.entries.get(key) is fut:
+                del self.entries[key]
+            return
+        if self.entries.get(key) is not fut:
+            return
+        self.bytes += self.sizeof(fut.result())
+        while self.bytes > self.capacity and len(self.entries) > 1:
+            old_key, old = next(iter(self.entries.items()))
+            if old_key == key:
+                break
+            del self.entries[old_key]
+            if old.done() and not old.cancelled() and old.exception() is None:
+                self.bytes -= self.sizeof(old.result())
+
+    def drop(self, pred) -> None:
+        for key in [k for k in self.entries if pred(k)]:
+            fut = self.entries.pop(key)
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.bytes -= self.sizeof(fut.result())
+
+
+class RemoteLogReader:
+    """Fetch reads and ListOffsets lookups below the local log start, for RemoteLogManager."""
+
+    # ---- reads ----------------------------------------------------------------------------------------------------
+    def in_remote_range(self, part, offset: int) -> bool:
+        lg = part.log
+        return lg.remote_log_enabled and lg.log_start_offset <= offset < lg.local_log_start_offset
+
+    def remote_read(self, part, offset: int, max_bytes: int, min_one_message: bool) -> asyncio.Task:
+        """Start (or join) a remote read of whole batches at `offset`. A read that outlives one Fetch's
+        remote.fetch.max.wait.ms stays registered so the client's retry of the same offset picks up its result."""
+        key = (part.topic, part.index, offset)
+        task = self._inflight_reads.get(key)
+        if task is not None:
+            return task
+        if self._pending_reads >= self.max_pending_reads:
+            raise RemoteStorageException(f"remote log reader queue is full ({self._pending_reads} pending)")
+        tip = self.tip_of(part.topic, part.index)
+        task = asyncio.get_running_loop().create_task(self._read_task(tip, part.log, offset, max_bytes,
+                                                                      min_one_message))
+        self._inflight_reads[key] = task
+        task.add_done_callback(lambda f, k=key: self._read_done(k, f))
+        return task
+
+    def _read_done(self, key, task) -> None:
+        # keep an unclaimed result briefly for a client that gave up waiting, then forget it (the timer holds only
+        # the key and the task's id, so a claimed result is freed at once)
+        if self._inflight_reads.get(key) is not task:
+            return
+        if task.cancelled() or not self._running:
+            del self._inflight_reads[key]
+            return
+        self._read_timers[key] = asyncio.get_running_loop().call_later(30, self._expire_read, key, id(task))
+
+    def _expire_read(self, key, task_id: int) -> None:
+        self._read_timers.pop(key, None)
+        task = self._inflight_reads.get(key)
+        if task is not None and id(task) == task_id:
+            del self._inflight_reads[key]
+
+    def consumed(self, part, offset: int, task: asyncio.Task) -> None:
+        key = (part.topic, part.index, offset)
+        if self._inflight_reads.get(key) is task:
+            del self._inflight_reads[key]
+            timer = self._read_timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+
+    async def _read_task(self, tip, lg, offset, max_bytes, min_one):
+        topic = tip.topic
+        self._pending_reads += 1
+        try:
+            await self._reader_slots.acquire()
+        finally:
+            self._pending_reads -= 1
+        self._active_reads += 1
+        t0 = time.monotonic()
+        try:
+            self.metrics.fetch_requests.labels(topic).inc()
+            views = await self.read(tip, lg, offset, max_bytes, min_one)
+            self.metrics.fetch_bytes.labels(topic).inc(sum(len(v) for v in views))
+            return views
+        except OffsetOutOfRangeError:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.metrics.fetch_errors.labels(topic).inc()
+            raise
+        finally:
+            self._active_reads -= 1
+            self._reader_slots.release()
+            self.metrics.reader_time.observe(time.monotonic() - t0)
+
+    def segment_for_offset(self, tip, lg, offset: int) -> RemoteLogSegmentMetadata | None:
+        epoch = lg.leader_epoch_cache.epoch_for_offset(offset)
+        md = self.rlmm.remote_log_segment_metadata(tip, epoch, offset) if epoch is not None else None
+        if md is None:
+            for s in self.rlmm.list_remote_log_segments(tip):
+                if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset <= offset <= s.end_offset:
+                    md = s
+        return md
+
+    def _next_segment(self, tip, md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
+        best = None
+        for s in self.rlmm.list_remote_log_segments(tip):
+            if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset > md.end_offset and \
+                    (best is None or s.start_offset < best.start_offset):
+                best = s
+        return best
+
+    async def read(self, tip, lg, offset: int, max_bytes: int, min_one: bool) -> list[memoryview]:
+        """Kafka's RemoteLogManager.read: whole batches from the remote segment holding `offset`, at most
+        max_bytes (the first batch whatever its size with min_one). Zero-copy slices of cached chunks."""
+        md = self.segment_for_offset(tip, lg, offset)
+        if md is None:
+            raise OffsetOutOfRangeError(f"offset {offset} of {tip} is not in the remote tier")
+        for _ in range(1000):
+            idx = await self._index(md)
+            views = await self._read_batches(md, idx.position_for(offset), offset, max_bytes, min_one)
+            if views:
+                return views
+            md = self._next_segment(tip, md)     # nothing at/after offset in this segment (e.g. compacted away)
+            if md is None:
+                break
+        return []
+
+    def _index(self, md: RemoteLogSegmentMetadata):
+        async def load():
+            off, ts = await asyncio.gather(self.rsm.fetch_index(md, IndexType.OFFSET),
+                                           self.rsm.fetch_index(md, IndexType.TIMESTAMP))
+            return _Indexes(md.start_offset, off, ts)
+        return self._indexes.get((md.tip, md.segment_id.id), load)
+
+    def _chunk(self, md: RemoteLogSegmentMetadata, i: int):
+        cs = self.chunk_size
+        return self._chunks.get((md.tip, md.segment_id.id, i),
+                                lambda: self.rsm.fetch_log_segment(md, i * cs,
+                                                                   min((i + 1) * cs, md.segment_size_in_bytes)))
+
+    def _prefetch(self, md: RemoteLogSegmentMetadata, i: int) -> None:
+        """Sequential read-ahead: the next chunks of this segment, or the index and first chunk of the next one."""
+        if not self.prefetch_chunks:
+            return
+        last = (md.segment_size_in_bytes - 1) // self.chunk_size
+        for j in range(i + 1, i + 1 + self.prefetch_chunks):
+            if j <= last:
+                if not self._chunks.contains((md.tip, md.segment_id.id, j)):
+                    self._chunk(md, j)
+            else:
+                nxt = self._next_segment(md.tip, md)
+                if nxt is not None:
+                    self._index(nxt)
+                    if not self._chunks.contains((nxt.tip, nxt.segment_id.id, 0)):
+                        self._chunk(nxt, 0)
+                break
+
+    async def _range(self, md, start: int, end: int, cur: list) -> list[memoryview]:
+        """Views covering [start, end) of the segment; `cur` caches (chunk index, memoryview) of the last chunk."""
+        cs = self.chunk_size
+        out = []
+        pos = start
+        while pos < end:
+            i = pos // cs
+            if cur[0] != i:
+                data = await self._chunk(md, i)
+                cur[0], cur[1] = i, memoryview(data)
+                self._prefetch(md, i)
+            lo = pos - i * cs
+            hi = min(end - i * cs, len(cur[1]))
+            if hi <= lo:
+                raise RemoteStorageException(f"{md.segment_id} is shorter than its metadata says")
+            out.append(cur[1][lo:hi])
+            pos += hi - lo
+        return out
+
+    async def _read_batches(self, md, pos: int, offset: int, max_bytes: int, min_one: bool) -> list[memoryview]:
+        size = md.segment_size_in_bytes
+        cur = [-1, None]
+        out: list[memoryview] = []
+        total = 0
+        while pos + _HEADER_SIZE <= size:
+            head = b"".join(await self._range(md, pos, pos + _HEADER_SIZE, cur))
+            base, length = _OFF_LEN.unpack_from(head, 0)
+            last = base + _I32.unpack_from(head, _LAST_OFFSET_DELTA_AT)[0]
+            bsize = 12 + length
+            if length <= 0 or pos + bsize > size:
+                raise RemoteStorageException(f"corrupt batch at position {pos} of {md.segment_id}")
+            if last < offset:
+                pos += bsize
+                continue
+            if total + bsize > max_bytes and not (min_one and not out):
+                break
+            out.extend(await self._range(md, pos, pos + bsize, cur))
+            total += bsize
+            pos += bsize
+            if total >= max_bytes:
+                break
+        return out
+
+    # ---- ListOffsets ----------------------------------------------------------------------------------------------
+    def latest_tiered(self, part) -> tuple[int, int]:
+        """ListOffsets -5 (KIP-1005): (highest tiered offset, its epoch); (-1, -1) when nothing is tiered."""
+        lg = part.log
+        hi = lg.highest_offset_in_remote_storage
+        if hi < 0:
+            return -1, -1
+        epoch = lg.leader_epoch_cache.epoch_for_offset(hi)
+        return hi, (epoch if epoch is not None else -1)
+
+    async def find_offset_by_timestamp(self, part, ts: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after log start with timestamp >= ts in the remote tier
+        (time index -> offset index -> batches), or None (then the caller searches the local log)."""
+        tip = self.tip_of(part.topic, part.index)
+        lg = part.log
+        start = lg.log_start_offset
+        for md in self.rlmm.list_remote_log_segments(tip):
+            if md.state != S.COPY_SEGMENT_FINISHED or md.end_offset < start or md.max_timestamp_ms < ts:
+                continue
+            idx = await self._index(md)
+            pos = idx.position_for(max(idx.offset_for_timestamp(ts), start))
+            found = await self._scan_timestamp(md, pos, ts, start)
+            if found is not None:
+                return found
+        return None
+
+    async def _scan_timestamp(self, md, pos: int, ts: int, start: int) -> tuple[int, int] | None:
+        from protocol.record_batch import read_header
+        size = md.segment_size_in_bytes
+        cur = [-1, None]
+        while pos + _HEADER_SIZE <= size:
+            head = b"".join(await self._range(md, pos, pos + _HEADER_SIZE, cur))
+            h = read_header(head, 0)
+            if h.max_timestamp >= ts and h.last_offset >= start:
+                batch = b"".join(await self._range(md, pos, pos + h.size, cur))
+                for off, rts in record_timestamps(batch, h):
+                    if rts >= ts and off >= start:
+                        return off, rts
+            pos += h.size
+        return None
