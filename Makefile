@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.test-installed: $(VENV)/.installed
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,spark]'
 	touch $@
 
 run: $(VENV)/.installed

@@ -106,10 +106,17 @@ class RemoteStorageManager:
             raise _wrap(e, f"reading local files of {md.segment_id}") from e
         view = memoryview(mapped) if mapped is not None else memoryview(b"")
         try:
-            # wait for every put (no early exit on the first failure: the others may still read the mapping)
-            results = await asyncio.gather(self.store.put(prefix + LOG_SUFFIX, view),
-                                           *(self.store.put(prefix + suffix, body) for suffix, body in small.items()),
+            # Indexes first (concurrently, waiting for every put), the .log object last: a reader that lists the
+            # store without the metadata topic (the Spark connector with the broker down) counts a segment only
+            # once its .log exists, so the .log must be the commit point of the copy.
+            results = await asyncio.gather(*(self.store.put(prefix + suffix, body) for suffix, body in small.items()),
                                            return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
+            await self.store.put(prefix + LOG_SUFFIX, view)
+        except (ObjectStoreError, OSError) as e:
+            raise _wrap(e, f"copying {md.segment_id}") from e
         finally:
             try:
                 view.release()
@@ -117,11 +124,6 @@ class RemoteStorageManager:
                     mapped.close()
             except BufferError:
                 pass                          # a cancelled upload thread still holds a slice; GC unmaps it later
-        for r in results:
-            if isinstance(r, BaseException):
-                if isinstance(r, (ObjectStoreError, OSError)):
-                    raise _wrap(r, f"copying {md.segment_id}") from r
-                raise r
         return None
 
     async def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start: int, end: int | None = None) -> bytes:
@@ -181,7 +183,10 @@ class RemoteStorageManager:
         prefix = segment_key_prefix(md)
         self.forget(md)
         try:
-            await asyncio.gather(*(self.store.delete(prefix + suffix) for suffix in ALL_SUFFIXES))
+            # the .log first, so a store listing never shows a segment whose indexes are already gone
+            await self.store.delete(prefix + LOG_SUFFIX)
+            await asyncio.gather(*(self.store.delete(prefix + suffix) for suffix in ALL_SUFFIXES
+                                   if suffix != LOG_SUFFIX))
         except (ObjectStoreError, OSError) as e:
             raise _wrap(e, f"deleting {md.segment_id}") from e
 

@@ -1,6 +1,9 @@
 """DescribeConfigs (key 32): topic configs (override, broker default or Kafka default) and broker configs."""
 from __future__ import annotations
 
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
 from broker.config import BROKER_DEFAULTS
 from protocol import kio_codec
 from storage.log_config import TOPIC_CONFIGS
@@ -42,11 +45,26 @@ def topic_config_entries(broker, overrides: dict[str, str]) -> list[dict]:
     return out
 
 
+STORE_URL = "remote.log.storage.manager.store.url"
+
+
+def absolute_store_url(url: str) -> str:
+    """`file://./x` is relative to the broker's working directory, which clients reading the store directly (the
+    Spark connector) do not share: report it as `file:///<abs>/x`. Other URLs are returned unchanged."""
+    parts = urlsplit(url)
+    if parts.scheme != "file" or parts.netloc in ("", "localhost"):
+        return url
+    return "file://" + quote(str(Path(parts.netloc + unquote(parts.path)).resolve()))
+
+
 def _broker_entries(broker) -> list[dict]:
     out = []
     for name in sorted(set(BROKER_DEFAULTS) | set(broker.config.props)):
         explicit = name in broker.config.props
-        out.append({"name": name, "value": broker.config.get(name), "read_only": True,
+        value = broker.config.get(name)
+        if name == STORE_URL and value:
+            value = absolute_store_url(value)
+        out.append({"name": name, "value": value, "read_only": True,
                     "config_source": STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG, "is_sensitive": False,
                     "is_default": not explicit, "synonyms": [], "config_type": 2, "documentation": None})
     return out

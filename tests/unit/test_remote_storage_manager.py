@@ -83,3 +83,51 @@ async def test_missing_local_file_and_closed_store_raise_remote_storage_exceptio
     with pytest.raises(RemoteStorageException):
         await rsm.fetch_log_segment(md, 0)
     log.close()
+
+
+class _RecordingStore:
+    """Wraps a store and records when each put and delete starts and ends (by key suffix)."""
+
+    def __init__(self, store):
+        self.inner, self.events = store, []
+
+    async def put(self, key, data):
+        suffix = key.rsplit(".", 1)[1]
+        self.events.append(("put-start", suffix))
+        etag = await self.inner.put(key, data)
+        self.events.append(("put-end", suffix))
+        return etag
+
+    async def delete(self, key):
+        suffix = key.rsplit(".", 1)[1]
+        self.events.append(("delete-start", suffix))
+        await self.inner.delete(key)
+        self.events.append(("delete-end", suffix))
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def at(self, event, suffix):
+        return self.events.index((event, suffix))
+
+
+async def test_log_object_is_uploaded_last_and_deleted_first(tmp_path):
+    """The .log object is the commit point for readers that list the store (the Spark connector without a broker):
+    it appears only after every other object of the segment and goes before any of them."""
+    log, seg, nxt = closed_segment(tmp_path)
+    store = _RecordingStore(open_object_store(f"file://{tmp_path}/objects", fsync=False))
+    r = RemoteStorageManager(store)
+    tip = TopicIdPartition(uuid.uuid4(), "orders", 3)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tip), seg.base_offset, nxt.base_offset - 1,
+                                  seg.largest_timestamp, 1, 0, seg.size, ((0, 0),))
+    snapshot = log.dir / f"{nxt.base_offset:020d}.snapshot"
+    await r.copy_log_segment_data(md, LogSegmentData(seg.log_path, seg.index_path, seg.time_index_path, None,
+                                                     snapshot, b"0\n1\n0 0\n"))
+    others = ["index", "timeindex", "snapshot", "leader_epoch_checkpoint"]
+    assert all(store.at("put-end", o) < store.at("put-start", "log") for o in others), store.events
+    store.events.clear()
+    await r.delete_log_segment_data(md)
+    assert all(store.at("delete-end", "log") < store.at("delete-start", o) for o in others + ["txnindex"]), \
+        store.events
+    await r.close()
+    log.close()

@@ -1,0 +1,247 @@
+"""Driver-side access to the brokers with confluent-kafka: topics and topic ids (Metadata), offsets (ListOffsets),
+the object store location (DescribeConfigs), and the remote segments of partitions (`__remote_log_metadata`).
+
+Only the driver talks to the brokers for planning; executors receive everything they need in their input
+partitions (offset ranges and the segment objects to read), so a task does no metadata lookups.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+
+from spark_connector.options import ClientOptions
+
+log = logging.getLogger("strata.spark")
+
+METADATA_TOPIC = "__remote_log_metadata"
+STORE_URL = "remote.log.storage.manager.store.url"
+STORE_PREFIX = "remote.log.storage.manager.store."
+# Never taken from the broker, even though Strata's DescribeConfigs does not mark them sensitive (Kafka would
+# answer null): credentials come from strata.store.* options or the usual AWS environment.
+_CREDENTIALS = {"access.key.id", "secret.access.key", "session.token"}
+
+
+class BrokerUnavailable(Exception):
+    """No bootstrap server accepted a connection."""
+
+
+def reachable(bootstrap: str, timeout: float = 2.0) -> bool:
+    """True if a TCP connection to any bootstrap server succeeds (librdkafka would retry until its timeout)."""
+    for server in bootstrap.split(","):
+        server = server.strip()
+        if "://" in server:
+            server = server.split("://", 1)[1]
+        host, _, port = server.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """A remote segment that finished copying: what an executor needs to read it."""
+    key_prefix: str
+    start: int
+    end: int                  # inclusive last offset
+    size: int
+    max_timestamp: int
+
+
+def uuid_of(kafka_uuid_obj) -> uuid.UUID:
+    """confluent-kafka's Uuid (two signed 64-bit halves) as a uuid.UUID."""
+    msb = kafka_uuid_obj.get_most_significant_bits() & (2**64 - 1)
+    lsb = kafka_uuid_obj.get_least_significant_bits() & (2**64 - 1)
+    return uuid.UUID(int=(msb << 64) | lsb)
+
+
+class Cluster:
+    def __init__(self, client: ClientOptions):
+        from confluent_kafka.admin import AdminClient
+        self.client = client
+        self.timeout = client.broker_timeout_ms / 1000
+        self.admin = AdminClient(client.conf())
+        self._metadata = None
+        # __remote_log_metadata partitions read so far: a streaming query plans every micro-batch with the same
+        # Cluster, and then only reads the events appended since the previous one
+        self._md_events: dict[int, list[bytes]] = {}
+        self._md_next: dict[int, int] = {}
+
+    # ---- metadata ----
+    def metadata(self, refresh: bool = False):
+        from confluent_kafka import KafkaException
+        if self._metadata is None or refresh:
+            try:
+                self._metadata = self.admin.list_topics(timeout=self.timeout)
+            except KafkaException as e:
+                raise BrokerUnavailable(f"cannot get metadata from {self.client.bootstrap}: {e}") from None
+        return self._metadata
+
+    def partitions(self, topics) -> dict[str, int]:
+        """{topic: partition count} for the existing topics among `topics` (missing ones are left out)."""
+        md = self.metadata(refresh=True)
+        out = {}
+        for t in topics:
+            tm = md.topics.get(t)
+            if tm is not None and tm.error is None and tm.partitions:
+                out[t] = len(tm.partitions)
+        return out
+
+    def topic_names(self) -> list[str]:
+        """User topics (internal `__*` topics are excluded, as Kafka's consumer does for patterns)."""
+        return sorted(t for t in self.metadata(refresh=True).topics if not t.startswith("__"))
+
+    def topic_ids(self, topics) -> dict[str, uuid.UUID]:
+        from confluent_kafka import TopicCollection
+        if not topics:
+            return {}
+        futures = self.admin.describe_topics(TopicCollection(sorted(topics)), request_timeout=self.timeout)
+        return {t: uuid_of(f.result(timeout=self.timeout).topic_id) for t, f in futures.items()}
+
+    # ---- offsets ----
+    def list_offsets(self, specs: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """ListOffsets: spec -2 earliest, -1 latest, >= 0 a timestamp (-> first offset with timestamp >= it, or -1
+        if there is none). Retries a few times on retriable errors (a partition still loading)."""
+        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+        if not specs:
+            return {}
+        req = {}
+        for (t, p), s in specs.items():
+            spec = OffsetSpec.earliest() if s == -2 else OffsetSpec.latest() if s == -1 else \
+                OffsetSpec.for_timestamp(s)
+            req[TopicPartition(t, p)] = spec
+        for attempt in range(5):
+            try:
+                futures = self.admin.list_offsets(req, request_timeout=self.timeout)
+                return {(tp.topic, tp.partition): f.result(timeout=self.timeout).offset
+                        for tp, f in futures.items()}
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if attempt == 4 or not getattr(err, "retriable", lambda: False)():
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # ---- object store ----
+    def store_location(self) -> tuple[str | None, dict]:
+        """The remote store URL and non-secret store options the broker runs with (DescribeConfigs, BROKER)."""
+        from confluent_kafka.admin import ConfigResource, ResourceType
+        md = self.metadata()
+        broker_id = md.controller_id if md.controller_id in md.brokers else next(iter(md.brokers))
+        res = ConfigResource(ResourceType.BROKER, str(broker_id))
+        configs = self.admin.describe_configs([res], request_timeout=self.timeout)[res].result(timeout=self.timeout)
+        url, options = None, {}
+        for name, entry in configs.items():
+            if not name.startswith(STORE_PREFIX) or entry.value is None or entry.is_sensitive:
+                continue
+            short = name[len(STORE_PREFIX):]
+            if name == STORE_URL:
+                url = entry.value.strip() or None
+            elif short not in _CREDENTIALS:
+                options[short.replace(".", "_")] = entry.value
+        return url, options
+
+    # ---- remote segments ----
+    def remote_segments(self, tips) -> dict[tuple[str, int], list[SegmentInfo]]:
+        """Finished remote segments (COPY_SEGMENT_FINISHED, not being deleted) of each TopicIdPartition, by start
+        offset, folded from `__remote_log_metadata` read from its start to its high watermark."""
+        from storage.remote_log_metadata import metadata_partition
+        tips = list(tips)
+        md_topic = self.metadata().topics.get(METADATA_TOPIC)
+        if not tips or md_topic is None or not md_topic.partitions:
+            return {(t.topic, t.partition): [] for t in tips}
+        n = len(md_topic.partitions)
+        parts = sorted({metadata_partition(t, n) for t in tips})
+        _read_partitions(self.client, parts, self.timeout, self._md_next, self._md_events)
+        return fold_segments((v for p in parts for v in self._md_events.get(p, ())), set(tips))
+
+    def close(self) -> None:
+        self.admin = None
+
+
+def _read_partitions(client: ClientOptions, partitions: list[int], timeout: float, next_offsets: dict,
+                     events: dict) -> None:
+    """Append the record values of the given `__remote_log_metadata` partitions from next_offsets[p] (else the
+    start) up to the high watermark to events[p], in order, and move next_offsets[p] to the high watermark."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    c = Consumer(client.conf(**{"group.id": f"strata-spark-planner-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                                "enable.auto.offset.store": False, "enable.partition.eof": True,
+                                "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50}))
+    try:
+        ends, assign = {}, []
+        for p in partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(METADATA_TOPIC, p), timeout=timeout, cached=False)
+            start = next_offsets.get(p, low)
+            if start < low or start > high:                  # never expected (retention -1); start over
+                start = low
+                events[p] = []
+            events.setdefault(p, [])
+            if high > start:
+                ends[p] = high
+                assign.append(TopicPartition(METADATA_TOPIC, p, start))
+            else:
+                next_offsets[p] = start
+        if not assign:
+            return
+        c.assign(assign)
+        deadline = time.monotonic() + max(timeout, 30.0)
+        while ends:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {METADATA_TOPIC} partitions {sorted(ends)} from {client.bootstrap} did "
+                                   f"not reach the high watermark in {max(timeout, 30.0):.0f}s")
+            for m in c.consume(num_messages=10_000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.partition() in ends and m.offset() >= ends[m.partition()]:
+                            next_offsets[m.partition()] = ends.pop(m.partition())
+                        continue
+                    raise KafkaException(err)
+                p = m.partition()
+                if p not in ends or m.offset() < next_offsets.get(p, -1) or m.offset() >= ends[p]:
+                    continue
+                if m.value() is not None:
+                    events[p].append(m.value())
+                next_offsets[p] = m.offset() + 1
+                if m.offset() + 1 >= ends[p]:
+                    ends.pop(p)
+    finally:
+        c.close()
+
+
+def fold_segments(values, wanted) -> dict[tuple[str, int], list[SegmentInfo]]:
+    """Replay metadata events (RemoteLogMetadataSerde bytes) and keep the segments of `wanted` TopicIdPartitions
+    whose last state is COPY_SEGMENT_FINISHED."""
+    from storage.remote_log_metadata import (
+        RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState, deserialize,
+    )
+    from storage.remote_storage_manager import segment_key_prefix
+    segments: dict = {}
+    for v in values:
+        try:
+            ev = deserialize(v)
+        except ValueError as e:
+            log.warning("skipping an unreadable %s record: %s", METADATA_TOPIC, e)
+            continue
+        if isinstance(ev, RemoteLogSegmentMetadata):
+            if ev.tip in wanted:
+                segments[ev.segment_id] = ev
+        elif isinstance(ev, RemoteLogSegmentMetadataUpdate):
+            prev = segments.get(ev.segment_id)
+            if prev is not None:
+                segments[ev.segment_id] = prev.with_update(ev)
+    out: dict[tuple[str, int], list[SegmentInfo]] = {(t.topic, t.partition): [] for t in wanted}
+    for md in segments.values():
+        if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+            out[(md.tip.topic, md.tip.partition)].append(
+                SegmentInfo(segment_key_prefix(md), md.start_offset, md.end_offset, md.segment_size_in_bytes,
+                            md.max_timestamp_ms))
+    for segs in out.values():
+        segs.sort(key=lambda s: (s.start, -s.end))
+    return out

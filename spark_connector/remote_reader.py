@@ -1,0 +1,130 @@
+"""Executor side: read the tiered part of an offset range straight from the object store, without the broker.
+
+Per segment: the `.index` object (Kafka's offset index: 8-byte entries, offset relative to the segment's base and
+byte position, both u32 big endian; an entry names the LAST offset of the batch at that position) gives the byte
+position at or below the first wanted offset; then ranged GETs of the `.log` object, one chunk ahead of the decoder,
+are walked batch by batch on the 61-byte v2 header (baseOffset i64, batchLength i32, ..., attributes i16 at byte 21,
+lastOffsetDelta i32 at 23, baseTimestamp i64 at 27, maxTimestamp i64 at 35, ...). Batches wholly outside the range,
+control batches and batches entirely older than a pushed timestamp bound are skipped without decompressing; the
+rest are decompressed by protocol/records.py (every codec, xerial snappy included) and decoded into columns by
+decode.py.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Iterator
+
+from spark_connector.planning import Piece, report_data_loss
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")     # protocol/record_batch.HEADER
+HEADER_SIZE = _HEADER.size                    # 61
+_CONTROL = 0x20
+_LOG_APPEND_TIME = 0x08
+
+
+def index_position(index: bytes, base_offset: int, target: int) -> int:
+    """Byte position in the .log where the batch holding `target` starts or before (0 without an entry)."""
+    import numpy as np
+    n = len(index) // 8
+    if n == 0 or target <= base_offset:
+        return 0
+    arr = np.frombuffer(index, dtype=">u4", count=2 * n).reshape(n, 2).astype(np.int64)
+    rel, pos = arr[:, 0], arr[:, 1]
+    bad = np.nonzero(np.diff(rel) <= 0)[0]      # a preallocated, untrimmed index ends in zero entries
+    if bad.size:
+        rel, pos = rel[:bad[0] + 1], pos[:bad[0] + 1]
+    i = int(np.searchsorted(rel, target - base_offset, side="right")) - 1
+    return int(pos[i]) if i >= 0 else 0
+
+
+class RemoteReader:
+    """Reads pieces of one input partition; owns a StoreClient (an event loop thread) until close()."""
+
+    def __init__(self, store: tuple, chunk_bytes: int, fail_on_data_loss: bool):
+        from spark_connector.storeio import StoreClient
+        url, options = store
+        self.client = StoreClient(url, dict(options))
+        self.chunk = chunk_bytes
+        self.fail = fail_on_data_loss
+        self.gets = 0                 # ranged GETs of .log objects and their bytes (the benchmark prints them)
+        self.bytes = 0
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _gone(self, piece: Piece, builder, what: str) -> None:
+        report_data_loss(self.fail, f"Remote segment {piece.key_prefix} of {builder.topic}-{builder.partition} "
+                                    f"({what}) is gone from the object store {self.client.url}, so offsets "
+                                    f"[{piece.start}, {piece.end}) cannot be read")
+
+    def read(self, piece: Piece, builder, ts_lo: int | None = None) -> Iterator:
+        """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full."""
+        from protocol.records import records_section
+        from spark_connector.decode import decode_into
+        from storage.object_store import ObjectNotFound
+        key = piece.key_prefix + ".log"
+        position = 0
+        if piece.start > piece.segment_start:
+            try:
+                index = self.client.get(piece.key_prefix + ".index").result()
+            except ObjectNotFound:
+                self._gone(piece, builder, "its .index")
+                return
+            position = index_position(index, piece.segment_start, piece.start)
+
+        start, end = piece.start, piece.end
+        size = piece.size if piece.size >= 0 else None
+        fetch_at = position
+        pending = self.client.get(key, fetch_at, fetch_at + self.chunk)
+        buf = b""
+        next_offset = start
+        done = False
+        while not done:
+            try:
+                data = pending.result()
+            except ObjectNotFound:
+                self._gone(piece, builder, "its .log")
+                return
+            self.gets += 1
+            self.bytes += len(data)
+            wanted = self.chunk
+            fetch_at += len(data)
+            eof = len(data) < wanted or (size is not None and fetch_at >= size)
+            pending = None if eof else self.client.get(key, fetch_at, fetch_at + self.chunk)
+            buf = buf + data if buf else data
+            mv = memoryview(buf)
+            p, n = 0, len(buf)
+            while n - p >= HEADER_SIZE:
+                (base, length, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, _pid, _pe, _seq,
+                 count) = _HEADER.unpack_from(buf, p)
+                total = 12 + length
+                if n - p < total:
+                    break
+                if base >= end:
+                    done = True
+                    break
+                last = base + last_delta
+                if last >= start and not attrs & _CONTROL and (ts_lo is None or max_ts >= ts_lo):
+                    if magic != 2:
+                        raise ValueError(f"{key}: batch at offset {base} has magic {magic}, only v2 is supported")
+                    lat = attrs & _LOG_APPEND_TIME
+                    decode_into(records_section(mv[p:p + total]), count, base, base_ts, max_ts if lat else None,
+                                start, end, builder, 1 if lat else 0)
+                next_offset = max(next_offset, last + 1)
+                p += total
+                if builder.full():
+                    yield builder.take()
+            buf = buf[p:]
+            if eof and not done:
+                if buf:
+                    raise ValueError(f"{key} ends inside a record batch ({len(buf)} bytes left): truncated object")
+                if next_offset < end:
+                    if not piece.open_end:
+                        raise ValueError(f"{key} ends at offset {next_offset - 1}, but the metadata says the segment "
+                                         f"holds offsets up to {end - 1}")
+                    report_data_loss(self.fail, f"Offsets [{next_offset}, {end}) of {builder.topic}-"
+                                                f"{builder.partition} are not in the object store (its last segment "
+                                                f"ends at {next_offset - 1}) and the broker is unreachable")
+                done = True
+        if pending is not None:
+            pending.cancel()

@@ -1,0 +1,150 @@
+"""The connector's pure parts, without Spark or a broker: the column decoder against protocol/records.py on every
+codec, Arrow columns against the schema Spark checks, offset-index lookups, range splitting and pieces, streaming
+offsets JSON and rate limiting, and the data-loss warning."""
+from __future__ import annotations
+
+import logging
+import random
+import struct
+
+import pytest
+
+from protocol import compression
+from protocol.record_batch import HEADER
+from protocol.records import build_records_batch, iter_records, records_section
+from spark_connector.arrow_rows import RowBuilder, binary_array, spark_schema
+from spark_connector.cluster import SegmentInfo
+from spark_connector.decode import CorruptBatch, decode_into
+from spark_connector.planning import DataLossError, remote_pieces, report_data_loss, split_ranges, store_pieces
+from spark_connector.remote_reader import index_position
+from spark_connector.storeio import StoreSegment
+from spark_connector.stream import from_json, rate_limit, to_json
+
+pytestmark = pytest.mark.spark
+
+
+def random_records(rnd: random.Random, n: int) -> list:
+    out = []
+    for i in range(n):
+        key = None if rnd.random() < 0.2 else rnd.randbytes(rnd.choice([0, 3, 200]))
+        value = None if rnd.random() < 0.1 else rnd.randbytes(rnd.choice([0, 10, 127, 128, 5000, 20000]))
+        headers = [(f"h{j}é", None if rnd.random() < 0.3 else rnd.randbytes(rnd.randrange(0, 300)))
+                   for j in range(rnd.choice([0, 0, 1, 3]))]
+        out.append((key, value, headers))
+    return out
+
+
+@pytest.mark.parametrize("codec", sorted(compression.CODEC_NAMES))
+@pytest.mark.parametrize("headers", [True, False])
+def test_decoder_matches_protocol_records(codec, headers):
+    rnd = random.Random(codec * 10 + headers)
+    batch = build_records_batch(random_records(rnd, 300), codec, base_offset=1000, timestamp_ms=1_700_000_000_000)
+    h = HEADER.unpack_from(batch, 0)
+    expected = list(iter_records(batch))
+    for lo, hi in [(0, 10**9), (1100, 1200), (1299, 1300), (5000, 6000)]:
+        b = RowBuilder("t", 0, headers)
+        decode_into(records_section(batch), h[12], h[0], h[7], None, lo, hi, b, 0)
+        want = [r for r in expected if lo <= r.offset < hi]
+        rows = b.take().to_pylist() if want else []
+        assert len(rows) == len(want)
+        for row, rec in zip(rows, want):
+            assert (row["offset"], row["key"], row["value"]) == (rec.offset, rec.key, rec.value)
+            assert int(row["timestamp"].timestamp() * 1000) == rec.timestamp
+            if headers:
+                assert row["headers"] == ([{"key": k, "value": v} for k, v in rec.headers] or None)
+
+
+def test_decoder_log_append_time_and_corruption():
+    batch = bytearray(build_records_batch([(b"k", b"v"), (b"k2", b"v2")], compression.NONE, base_offset=5,
+                                          timestamp_ms=1000, attributes=0x08))
+    struct.pack_into(">q", batch, 35, 123_456)                    # maxTimestamp = the append time
+    b = RowBuilder("t", 0, False)
+    decode_into(records_section(bytes(batch)), 2, 5, 1000, 123_456, 0, 100, b, 1)
+    rows = b.take().to_pylist()
+    assert [r["timestampType"] for r in rows] == [1, 1]
+    assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == [123_456, 123_456]
+    section = records_section(bytes(batch))
+    with pytest.raises(CorruptBatch):
+        decode_into(section[:-3], 2, 5, 1000, None, 0, 100, RowBuilder("t", 0, True), 0)
+    with pytest.raises(CorruptBatch):
+        decode_into(section + b"\x00", 2, 5, 1000, None, 0, 100, RowBuilder("t", 0, True), 0)
+
+
+def test_arrow_batches_have_the_schema_spark_checks():
+    from pyspark.sql.pandas.types import to_arrow_schema
+    for headers in (False, True):
+        b = RowBuilder("topic", 7, headers)
+        b.add(1, 1000, 0, None, b"v", [("a", None)])
+        b.add(2, 2000, 1, b"k", None, None)
+        rb = b.take()
+        assert rb.schema.equals(to_arrow_schema(spark_schema(headers), timezone="UTC"))
+        rows = rb.to_pylist()
+        assert [r["partition"] for r in rows] == [7, 7] and [r["topic"] for r in rows] == ["topic", "topic"]
+        if headers:
+            assert [r["headers"] for r in rows] == [[{"key": "a", "value": None}], None]
+    items = [b"a", None, b"", b"xyz" * 1000, None]
+    arr = binary_array(items)
+    arr.validate(full=True)
+    assert arr.to_pylist() == items and arr.null_count == 2
+
+
+def test_index_position():
+    # entries (relative offset, position): batch ending at 9 starts at 0, ... ending at 29 starts at 2000
+    index = struct.pack(">IIIIII", 9, 0, 19, 1000, 29, 2000) + bytes(16)      # untrimmed: trailing zeros
+    base = 100
+    assert index_position(index, base, 100) == 0
+    assert index_position(index, base, 108) == 0
+    assert index_position(index, base, 109) == 0
+    assert index_position(index, base, 110) == 0          # entry 109 <= 110 -> position of the batch ending at 109
+    assert index_position(index, base, 125) == 1000
+    assert index_position(index, base, 500) == 2000
+    assert index_position(b"", base, 500) == 0
+
+
+def test_split_ranges_like_spark():
+    ranges = [("t", 0, 0, 1000), ("t", 1, 0, 10)]
+    assert split_ranges(ranges, None, None) == ranges
+    split = split_ranges(ranges, 5, None)
+    assert len(split) >= 5 and sum(e - s for _, _, s, e in split) == 1010
+    assert [r for r in split if r[1] == 1] == [("t", 1, 0, 10)]            # small partitions stay whole
+    split = split_ranges([("t", 0, 0, 1000)], None, 300)
+    assert [(s, e) for _, _, s, e in split] == [(0, 250), (250, 500), (500, 750), (750, 1000)]
+
+
+def test_pieces():
+    segs = [SegmentInfo("a", 0, 99, 1, 0), SegmentInfo("b", 100, 199, 1, 0)]
+    pieces = remote_pieces(50, 300, segs)
+    assert [(p.start, p.end, p.key_prefix) for p in pieces] == [(50, 100, "a"), (100, 200, "b"), (200, 300, None)]
+    gap = [SegmentInfo("a", 0, 99, 1, 0), SegmentInfo("c", 150, 199, 1, 0)]
+    assert [(p.start, p.end, p.key_prefix) for p in remote_pieces(0, 180, gap)] == \
+        [(0, 100, "a"), (100, 150, None), (150, 180, "c")]
+    listing = [StoreSegment("a", 0, 10), StoreSegment("b", 100, 10), StoreSegment("c", 200, 10)]
+    pieces = store_pieces(150, 250, listing)
+    assert [(p.start, p.end, p.key_prefix, p.open_end) for p in pieces] == \
+        [(150, 200, "b", False), (200, 250, "c", True)]
+
+
+def test_stream_offsets_json_is_stable():
+    offsets = {("b", 10): 5, ("a", 2): 7, ("b", 2): 1, ("a", 0): 3}
+    js = to_json(offsets)
+    assert list(js) == ["a", "b"] and list(js["b"]) == ["2", "10"]
+    assert from_json(js) == offsets
+    import json
+    assert json.dumps(to_json(from_json(json.loads(json.dumps(js))))) == json.dumps(js)
+
+
+def test_rate_limit_like_spark():
+    start = {("t", 0): 0, ("t", 1): 0}
+    latest = {("t", 0): 900, ("t", 1): 100, ("t", 2): 50}
+    out = rate_limit(100, start, latest, {("t", 2): 0})
+    assert sum(out[tp] - start.get(tp, 0) for tp in out) <= 100       # floor(100 x 900 / 1050) etc.
+    assert out[("t", 0)] == 85 and out[("t", 1)] == 9 and out[("t", 2)] == 4
+    assert rate_limit(10_000, start, latest, {("t", 2): 0}) == latest
+
+
+def test_data_loss_is_an_error_or_a_warning(caplog):
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        report_data_loss(True, "offsets [3, 9) of t-0 are gone")
+    with caplog.at_level(logging.WARNING, logger="strata.spark"):
+        report_data_loss(False, "offsets [3, 9) of t-0 are gone")
+    assert "offsets [3, 9) of t-0 are gone" in caplog.text and "failOnDataLoss is false" in caplog.text
