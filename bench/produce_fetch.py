@@ -45,6 +45,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition, 
 from confluent_kafka import version as ck_version
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from benchdoc import write_results
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- produce_fetch:results:begin -->", "<!-- produce_fetch:results:end -->"
@@ -584,13 +586,7 @@ DOC_TEMPLATE = """# Benchmarks
 
 def write_doc(block: str) -> None:
     if DOC.exists():
-        text = DOC.read_text()
-        if BEGIN in text and END in text:
-            pre, rest = text.split(BEGIN, 1)
-            post = rest.split(END, 1)[1]
-            DOC.write_text(pre + block + post)
-            return
-        DOC.write_text(text.rstrip("\n") + "\n\n" + block + "\n")
+        write_results(DOC, BEGIN, END, block)
         return
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(DOC_TEMPLATE.format(block=block))

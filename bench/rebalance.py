@@ -78,6 +78,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import produce_fetch as pf  # noqa: E402
+from benchdoc import write_results  # noqa: E402
 from confluent_kafka import Consumer, KafkaError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -578,18 +579,8 @@ SECTION_HEAD = "## Consumer group rebalance"
 def write_doc(block: str) -> None:
     """Replace the marked block (re-reading the file now, so concurrent edits elsewhere survive); without markers,
     add a bare section before "## Tiered storage" (or at the end)."""
-    text = DOC.read_text()
-    if BEGIN in text and END in text:
-        pre, rest = text.split(BEGIN, 1)
-        DOC.write_text(pre + block + rest.split(END, 1)[1])
-        return
-    section = f"{SECTION_HEAD}\n\n`bench/rebalance.py` (see its docstring).\n\n{block}\n\n"
-    anchor = "\n## Tiered storage"
-    if anchor in text:
-        i = text.index(anchor) + 1
-        DOC.write_text(text[:i] + section + text[i:])
-    else:
-        DOC.write_text(text.rstrip("\n") + "\n\n" + section)
+    write_results(DOC, BEGIN, END, block, f"{SECTION_HEAD}\n\n`bench/rebalance.py` (see its docstring).\n\n",
+                  before="## Tiered storage")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import produce_fetch as pf  # noqa: E402
+from benchdoc import write_results  # noqa: E402
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,  # noqa: E402
                                    NewTopic, ResourceType)
 
@@ -227,14 +228,7 @@ values. Broker, Spark's JVM and its two Python workers share the machine's 2 CPU
 
 
 def write_doc(block: str) -> None:
-    """Replace this benchmark's block, or append the section at the end; the file is read right before writing so
-    that sections others added meanwhile are kept."""
-    text = DOC.read_text()
-    if BEGIN in text and END in text:
-        pre, rest = text.split(BEGIN, 1)
-        DOC.write_text(pre + block + rest.split(END, 1)[1])
-    else:
-        DOC.write_text(text.rstrip("\n") + "\n\n" + SECTION + block + "\n")
+    write_results(DOC, BEGIN, END, block, SECTION)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import produce_fetch as pf  # noqa: E402
+from benchdoc import write_results  # noqa: E402
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,  # noqa: E402
                                    NewTopic, ResourceType)
 
@@ -199,12 +200,7 @@ measure Strata's S3 path plus moto, not AWS.
 
 
 def write_doc(block: str) -> None:
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        pre, rest = text.split(BEGIN, 1)
-        DOC.write_text(pre + block + rest.split(END, 1)[1])
-    else:
-        DOC.write_text(text.rstrip("\n") + "\n\n" + SECTION + block + "\n")
+    write_results(DOC, BEGIN, END, block, SECTION)
 
 
 def main(argv: list[str] | None = None) -> int:
