@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import time
 import uuid
 from dataclasses import dataclass
@@ -28,15 +29,31 @@ class BrokerUnavailable(Exception):
     """No bootstrap server accepted a connection."""
 
 
+_PROBE_CORRELATION_ID = 0x53545241
+# ApiVersions v0 with a null client id: size, api key 18, version 0, correlation id, client id length -1
+_PROBE = struct.pack(">ihhih", 10, 18, 0, _PROBE_CORRELATION_ID, -1)
+
+
 def reachable(bootstrap: str, timeout: float = 2.0) -> bool:
-    """True if a TCP connection to any bootstrap server succeeds (librdkafka would retry until its timeout)."""
+    """True if any bootstrap server answers an ApiVersions request (librdkafka would retry until its timeout).
+    A bare TCP connect is not enough: once a broker stops, another local process (Spark's own worker sockets) may
+    listen on its freed port, and on loopback a connect to an ephemeral port can even connect to itself."""
     for server in bootstrap.split(","):
         server = server.strip()
         if "://" in server:
             server = server.split("://", 1)[1]
         host, _, port = server.rpartition(":")
         try:
-            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout):
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout) as s:
+                s.settimeout(timeout)
+                s.sendall(_PROBE)
+                head = b""
+                while len(head) < 8:
+                    chunk = s.recv(8 - len(head))
+                    if not chunk:
+                        break
+                    head += chunk
+            if len(head) == 8 and struct.unpack(">ii", head)[1] == _PROBE_CORRELATION_ID:
                 return True
         except (OSError, ValueError):
             continue

@@ -57,6 +57,15 @@ def absolute_store_url(url: str) -> str:
     return "file://" + quote(str(Path(parts.netloc + unquote(parts.path)).resolve()))
 
 
+_SENSITIVE_WORDS = ("secret", "password", "token", "access.key", "credential")
+
+
+def is_sensitive(name: str) -> bool:
+    """Kafka answers PASSWORD-type configs with a null value and isSensitive=true; Strata's secrets are the object
+    store credentials (`remote.log.storage.manager.store.secret.access.key` and the like)."""
+    return any(w in name for w in _SENSITIVE_WORDS)
+
+
 def _broker_entries(broker) -> list[dict]:
     out = []
     for name in sorted(set(BROKER_DEFAULTS) | set(broker.config.props)):
@@ -64,8 +73,9 @@ def _broker_entries(broker) -> list[dict]:
         value = broker.config.get(name)
         if name == STORE_URL and value:
             value = absolute_store_url(value)
-        out.append({"name": name, "value": value, "read_only": True,
-                    "config_source": STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG, "is_sensitive": False,
+        sensitive = is_sensitive(name)
+        out.append({"name": name, "value": None if sensitive else value, "read_only": True,
+                    "config_source": STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG, "is_sensitive": sensitive,
                     "is_default": not explicit, "synonyms": [], "config_type": 2, "documentation": None})
     return out
 

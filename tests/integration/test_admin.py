@@ -357,3 +357,19 @@ def test_topic_overrides_survive_restart(make_broker, topic_name):
     p.produce(topic_name, key=b"big", value=b"\x00" * 600_000, partition=0, on_delivery=lambda e, m: errs.append(e))
     assert p.flush(15) == 0
     assert errs and errs[0] is not None and errs[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_describe_broker_configs_hides_store_credentials(make_broker):
+    """Kafka answers secrets with a null value and isSensitive=true; the object-store credentials are Strata's."""
+    b = make_broker({"remote.log.storage.manager.store.secret.access.key": "s3cr3t-value",
+                     "remote.log.storage.manager.store.access.key.id": "AKIDEXAMPLE",
+                     "remote.log.storage.manager.store.region": "eu-west-1"})
+    res = ConfigResource(ResourceType.BROKER, "1")
+    admin = admin_client(b.bootstrap)
+    entries = admin.describe_configs([res])[res].result(timeout=15)
+    secret = entries["remote.log.storage.manager.store.secret.access.key"]
+    key_id = entries["remote.log.storage.manager.store.access.key.id"]
+    assert (secret.value, secret.is_sensitive) == (None, True)
+    assert (key_id.value, key_id.is_sensitive) == (None, True)
+    region = entries["remote.log.storage.manager.store.region"]
+    assert (region.value, region.is_sensitive) == ("eu-west-1", False)

@@ -148,3 +148,34 @@ def test_data_loss_is_an_error_or_a_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="strata.spark"):
         report_data_loss(False, "offsets [3, 9) of t-0 are gone")
     assert "offsets [3, 9) of t-0 are gone" in caplog.text and "failOnDataLoss is false" in caplog.text
+
+
+def test_reachable_needs_a_kafka_answer_not_just_a_listener():
+    """Once a broker stops, another process may listen on its freed port (in CI, Spark's own worker sockets did):
+    planning must then still see the broker as down and plan from the store."""
+    import socket
+    import threading
+
+    from spark_connector.cluster import reachable
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+
+    def serve():
+        for reply in (b"", b"\x00\x00\x00\x06garbage"):      # closes at once, then answers with non-Kafka bytes
+            conn, _ = srv.accept()
+            conn.recv(64)
+            conn.sendall(reply)
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        assert not reachable(f"127.0.0.1:{port}", timeout=2)
+        assert not reachable(f"127.0.0.1:{port}", timeout=2)
+    finally:
+        srv.close()
+    t.join(5)
+    assert not reachable(f"127.0.0.1:{port}", timeout=1)      # nobody listens any more
