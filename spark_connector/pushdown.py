@@ -50,11 +50,31 @@ class Bounds:
 
 
 def _lo(a, b):
-    return b if a is None else max(a, b)
+    return a if b is None else b if a is None else max(a, b)
 
 
 def _hi(a, b):
-    return b if a is None else min(a, b)
+    return a if b is None else b if a is None else min(a, b)
+
+
+def _interval(f, v: int | None, equality: bool = True) -> tuple[int | None, int | None] | None:
+    """[lo, hi) of integers a comparison filter with literal `v` accepts (None: unbounded), or None when `f` is not
+    such a comparison. With equality=False, EqualTo/EqualNullSafe are left to the caller."""
+    from pyspark.sql.datasource import EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, \
+        LessThanOrEqual
+    if v is None:
+        return None
+    if equality and isinstance(f, (EqualTo, EqualNullSafe)):
+        return v, v + 1
+    if isinstance(f, GreaterThan):
+        return v + 1, None
+    if isinstance(f, GreaterThanOrEqual):
+        return v, None
+    if isinstance(f, LessThan):
+        return None, v
+    if isinstance(f, LessThanOrEqual):
+        return None, v + 1
+    return None
 
 
 def _int(v) -> int | None:
@@ -72,9 +92,7 @@ def timestamp_ms(v) -> int | None:
 
 def push_filters(filters, bounds: Bounds = Bounds()) -> tuple[Bounds, list]:
     """(narrowed bounds, filters Spark must still evaluate)."""
-    from pyspark.sql.datasource import (
-        EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull, LessThan, LessThanOrEqual,
-    )
+    from pyspark.sql.datasource import EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull
     rest = []
     b = bounds
     for f in filters:
@@ -83,17 +101,9 @@ def push_filters(filters, bounds: Bounds = Bounds()) -> tuple[Bounds, list]:
         if isinstance(f, IsNotNull) and col in _NEVER_NULL:
             handled = True
         elif col == "offset":
-            v = _int(getattr(f, "value", None))
-            if isinstance(f, (EqualTo, EqualNullSafe)) and v is not None:
-                b, handled = replace(b, offset_lo=_lo(b.offset_lo, v), offset_hi=_hi(b.offset_hi, v + 1)), True
-            elif isinstance(f, GreaterThan) and v is not None:
-                b, handled = replace(b, offset_lo=_lo(b.offset_lo, v + 1)), True
-            elif isinstance(f, GreaterThanOrEqual) and v is not None:
-                b, handled = replace(b, offset_lo=_lo(b.offset_lo, v)), True
-            elif isinstance(f, LessThan) and v is not None:
-                b, handled = replace(b, offset_hi=_hi(b.offset_hi, v)), True
-            elif isinstance(f, LessThanOrEqual) and v is not None:
-                b, handled = replace(b, offset_hi=_hi(b.offset_hi, v + 1)), True
+            iv = _interval(f, _int(getattr(f, "value", None)))
+            if iv is not None:
+                b, handled = replace(b, offset_lo=_lo(b.offset_lo, iv[0]), offset_hi=_hi(b.offset_hi, iv[1])), True
             elif isinstance(f, In):
                 vals = [x for x in (_int(x) for x in f.value) if x is not None]
                 if vals and len(vals) == len(f.value):
@@ -109,14 +119,9 @@ def push_filters(filters, bounds: Bounds = Bounds()) -> tuple[Bounds, list]:
                 vals = set(f.value)
                 allowed = vals if b.partitions is None else b.partitions & vals
                 b, handled = replace(b, partitions=frozenset(allowed)), True
-            elif isinstance(f, GreaterThan) and v is not None:
-                b, handled = replace(b, partition_lo=_lo(b.partition_lo, v + 1)), True
-            elif isinstance(f, GreaterThanOrEqual) and v is not None:
-                b, handled = replace(b, partition_lo=_lo(b.partition_lo, v)), True
-            elif isinstance(f, LessThan) and v is not None:
-                b, handled = replace(b, partition_hi=_hi(b.partition_hi, v)), True
-            elif isinstance(f, LessThanOrEqual) and v is not None:
-                b, handled = replace(b, partition_hi=_hi(b.partition_hi, v + 1)), True
+            elif (iv := _interval(f, v, equality=False)) is not None:
+                b, handled = replace(b, partition_lo=_lo(b.partition_lo, iv[0]),
+                                     partition_hi=_hi(b.partition_hi, iv[1])), True
         elif col == "timestamp":
             ms = timestamp_ms(getattr(f, "value", None))
             if ms is not None and isinstance(f, (EqualTo, EqualNullSafe, GreaterThan, GreaterThanOrEqual)):

@@ -179,3 +179,32 @@ def test_reachable_needs_a_kafka_answer_not_just_a_listener():
         srv.close()
     t.join(5)
     assert not reachable(f"127.0.0.1:{port}", timeout=1)      # nobody listens any more
+
+
+def test_push_filters_turns_comparisons_into_exact_bounds():
+    from pyspark.sql.datasource import (EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull,
+                                        LessThan, LessThanOrEqual)
+
+    from spark_connector.pushdown import Bounds, push_filters
+
+    off, part = ("offset",), ("partition",)
+    b, rest = push_filters([GreaterThan(off, 9), LessThanOrEqual(off, 20), GreaterThanOrEqual(part, 1),
+                            LessThan(part, 4), IsNotNull(off)])
+    assert rest == []
+    assert (b.offset_lo, b.offset_hi, b.partition_lo, b.partition_hi) == (10, 21, 1, 4)
+    assert [b.clamp(0, 100), b.clamp(15, 18)] == [(10, 21), (15, 18)]
+    assert [p for p in range(6) if b.accepts_partition(p)] == [1, 2, 3]
+
+    b, rest = push_filters([EqualTo(off, 7), EqualNullSafe(part, 2), LessThan(off, 100)])
+    assert rest == [] and b.clamp(0, 100) == (7, 8) and [p for p in range(5) if b.accepts_partition(p)] == [2]
+
+    b, rest = push_filters([GreaterThanOrEqual(off, 50), LessThan(off, 10)])     # contradictory: nothing to read
+    assert b.clamp(0, 100) == (50, 50)
+
+    in_filter = In(off, (3, 30, 12))
+    b, rest = push_filters([in_filter])                  # narrowed to [min, max], Spark still evaluates the In
+    assert rest == [in_filter] and b.clamp(0, 100) == (3, 31)
+
+    odd = GreaterThan(part, "x")                         # not an integer literal: left to Spark, bounds unchanged
+    b, rest = push_filters([odd])
+    assert rest == [odd] and b == Bounds()
