@@ -22,8 +22,7 @@ from broker.group_records import (
     decode_group_metadata_value, decode_key, decode_offset_commit_value, encode_group_metadata_value,
     encode_offset_commit_value, group_metadata_key, offset_commit_key,
 )
-from protocol.record_batch import CONTROL_BIT, iter_batches
-from protocol.records import build_records_batch, iter_records
+from protocol.records import build_records_batch, records_from
 
 log = logging.getLogger("strata.groups.store")
 
@@ -203,20 +202,11 @@ class GroupMetadataStore:
                     offset = plog.log_start_offset
                     continue
                 raise CorruptGroupRecord(f"reading {OFFSETS_TOPIC}-{p} at {offset}: {e}") from e
-            chunk: list[tuple[bytes | None, bytes | None]] = []
-            nxt = offset
-            for mv in views:
-                for pos, h in iter_batches(mv):
-                    nxt = max(nxt, h.last_offset + 1)
-                    if h.attributes & CONTROL_BIT:
-                        continue
-                    for rec in iter_records(mv[pos:pos + h.size]):
-                        if rec.offset >= offset:
-                            chunk.append((rec.key, rec.value))
+            records, nxt = records_from(views, offset)
             if nxt <= offset:
                 break
             offset = nxt
-            yield chunk
+            yield [(r.key, r.value) for r in records]
 
 
 class PartitionLoad:

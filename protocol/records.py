@@ -45,6 +45,21 @@ class CorruptRecordError(ValueError):
 
 # --- decoding ------------------------------------------------------------------------------------------
 
+def records_from(views, start: int) -> tuple[list[Record], int]:
+    """The data records at or after `start` in the batches of `views` (what Log.read returns), control batches
+    skipped, and the offset after the last batch seen (`start` when there was none). For readers of internal topics
+    (__consumer_offsets, __remote_log_metadata) that replay a log off the hot path."""
+    out: list[Record] = []
+    nxt = start
+    for view in views:
+        for pos, h in iter_batches(view):
+            nxt = max(nxt, h.last_offset + 1)
+            if h.attributes & CONTROL_BIT:
+                continue
+            out.extend(r for r in iter_records(view[pos:pos + h.size]) if r.offset >= start)
+    return out, nxt
+
+
 def iter_records(batch, *, verify_crc: bool = False) -> Iterator[Record]:
     """Yield the records of the one RecordBatch v2 that starts at batch[0].
 

@@ -608,21 +608,12 @@ class TopicBasedRemoteLogMetadataManager:
 
 def _read_values(plog) -> Iterable[bytes]:
     """Every record value of a (never tiered) internal-topic log, from its start to the high watermark."""
-    from protocol.record_batch import iter_batches
-    from protocol.records import CONTROL_BIT, iter_records
+    from protocol.records import records_from
     offset = plog.log_start_offset
     hw = plog.high_watermark
     while offset < hw:
-        views = plog.read(offset, 1 << 20, max_offset=hw)
-        nxt = offset
-        for view in views:
-            for pos, h in iter_batches(view):
-                nxt = max(nxt, h.last_offset + 1)
-                if h.attributes & CONTROL_BIT:
-                    continue
-                for rec in iter_records(view[pos:pos + h.size]):
-                    if rec.offset >= offset and rec.value is not None:
-                        yield bytes(rec.value)
+        records, nxt = records_from(plog.read(offset, 1 << 20, max_offset=hw), offset)
+        yield from (bytes(r.value) for r in records if r.value is not None)
         if nxt <= offset:
             break
         offset = nxt
