@@ -30,6 +30,8 @@ import uuid
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 
+from protocol.wire import MalformedRequest, read_uvarint, uvarint
+
 # ---- record types ---------------------------------------------------------------------------------------------------
 OFFSET_COMMIT_V0 = 0
 OFFSET_COMMIT = 1
@@ -125,10 +127,7 @@ class _Out:
     def i64(self, v): self.b += struct.pack(">q", v)
 
     def uvarint(self, v):
-        while v >= 0x80:
-            self.b.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.b.append(v)
+        self.b += uvarint(v)
 
     def string(self, s):          # int16 length; -1 = null
         if s is None:
@@ -188,15 +187,11 @@ class _In:
     def i64(self): return self._unpack(">q", 8)
 
     def uvarint(self):
-        v = shift = 0
-        while True:
-            b = self._take(1)[0]
-            v |= (b & 0x7F) << shift
-            if b < 0x80:
-                return v
-            shift += 7
-            if shift > 35:
-                raise CorruptGroupRecord("unsigned varint longer than 5 bytes")
+        try:
+            v, self.p = read_uvarint(self.b, self.p)
+        except MalformedRequest as e:
+            raise CorruptGroupRecord(f"record field: {e}") from None
+        return v
 
     def string(self, nullable=False):
         n = self.i16()

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Callable, Iterable
 
+from protocol.wire import MalformedRequest, read_uvarint, uvarint
+
 log = logging.getLogger("strata.remote_log_metadata")
 
 REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
@@ -160,15 +162,6 @@ class RemotePartitionDeleteMetadata:
 _I8, _I32, _I64 = struct.Struct(">b"), struct.Struct(">i"), struct.Struct(">q")
 
 
-def _uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
 class _Reader:
     __slots__ = ("buf", "pos")
 
@@ -176,16 +169,11 @@ class _Reader:
         self.buf, self.pos = memoryview(buf), 0
 
     def uvarint(self) -> int:
-        v = shift = 0
-        while True:
-            b = self.buf[self.pos]
-            self.pos += 1
-            v |= (b & 0x7F) << shift
-            if b < 0x80:
-                return v
-            shift += 7
-            if shift > 35:
-                raise ValueError("varint too long")
+        try:
+            v, self.pos = read_uvarint(self.buf, self.pos)
+        except MalformedRequest as e:
+            raise ValueError(str(e)) from None
+        return v
 
     def take(self, n: int) -> bytes:
         if self.pos + n > len(self.buf):
@@ -226,11 +214,11 @@ class _Reader:
 
 def _string(s: str) -> bytes:
     b = s.encode()
-    return _uvarint(len(b) + 1) + b
+    return uvarint(len(b) + 1) + b
 
 
 def _nullable_bytes(b: bytes | None) -> bytes:
-    return b"\x00" if b is None else _uvarint(len(b) + 1) + b
+    return b"\x00" if b is None else uvarint(len(b) + 1) + b
 
 
 def _tip(t: TopicIdPartition) -> bytes:
@@ -255,7 +243,7 @@ def _read_segment_id(r: _Reader) -> RemoteLogSegmentId:
 
 
 def _frame(api_key: int) -> bytes:
-    return _uvarint(FRAME_VERSION) + _uvarint(api_key) + _uvarint(0)
+    return uvarint(FRAME_VERSION) + uvarint(api_key) + uvarint(0)
 
 
 def serialize(event) -> bytes:
@@ -265,12 +253,12 @@ def serialize(event) -> bytes:
         out += _segment_id(event.segment_id)
         out += _I64.pack(event.start_offset) + _I64.pack(event.end_offset) + _I32.pack(event.broker_id)
         out += _I64.pack(event.max_timestamp_ms) + _I64.pack(event.event_timestamp_ms)
-        out += _uvarint(len(event.segment_leader_epochs) + 1)
+        out += uvarint(len(event.segment_leader_epochs) + 1)
         for epoch, offset in event.segment_leader_epochs:
             out += _I32.pack(epoch) + _I64.pack(offset) + b"\x00"
         out += _I32.pack(event.segment_size_in_bytes) + _nullable_bytes(event.custom_metadata)
         out += _I8.pack(int(event.state))
-        out += b"\x01" + _uvarint(0) + _uvarint(1) + (b"\x01" if event.txn_index_empty else b"\x00")  # tag 0
+        out += b"\x01" + uvarint(0) + uvarint(1) + (b"\x01" if event.txn_index_empty else b"\x00")  # tag 0
         return bytes(out)
     if isinstance(event, RemoteLogSegmentMetadataUpdate):
         return (_frame(SEGMENT_UPDATE_API_KEY) + _segment_id(event.segment_id) + _I32.pack(event.broker_id)
