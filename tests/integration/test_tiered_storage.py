@@ -336,18 +336,19 @@ def test_disable_copy_then_delete_on_disable(tiered, topic_name):
 
 def test_delete_segments_by_retention_time(tiered, topic_name):
     """DeleteSegmentsByRetentionTimeTest: retention.ms deletes remote segments (record timestamps are old) and moves
-    the log start offset."""
+    the log start offset. Every record is expired, so the active segment is rolled, offloaded and deleted too: the
+    log ends empty at offset 10 and the next record gets offset 10."""
     b, store = tiered
     create(b, topic_name, **TIERED)
     produce(b, topic_name, 10)
     wait_offloaded(b, store, topic_name, 9)
     alter(b, topic_name, **{**TIERED, "retention.ms": "1000", "local.retention.ms": "1000"})
-    wait_until(lambda: list_offsets(b, topic_name, EARLIEST)[1] >= 9, timeout=20, what="log start moved")
-    wait_until(lambda: not set(store.segments(topic_name)) & {0, 3, 6}, timeout=20, what="remote segments deleted")
-    start = list_offsets(b, topic_name, EARLIEST)[1]
+    wait_until(lambda: list_offsets(b, topic_name, EARLIEST)[1] == 10, timeout=30, what="log start moved to 10")
+    wait_until(lambda: store.segments(topic_name) == [], timeout=30, what="remote segments deleted")
     assert list_offsets(b, topic_name, LATEST)[1] == 10
-    if start < 10:
-        consume_confluent(b, topic_name, start, 10 - start)
+    alter(b, topic_name, **{**TIERED, "retention.ms": "604800000", "local.retention.ms": "-2"})   # Kafka's defaults
+    produce(b, topic_name, 1, start=10)
+    consume_confluent(b, topic_name, 10, 1)
 
 
 def test_delete_segments_by_retention_size(tiered, topic_name):
