@@ -117,7 +117,7 @@ async def test_idempotent_send_and_wait_offsets_and_explicit_batch(broker, topic
 async def test_consumer_waits_for_records_produced_later(broker, topic_name):
     create_topic(broker.bootstrap, topic_name)
     c = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False,
-                         fetch_max_wait_ms=5000)
+                         fetch_max_wait_ms=30_000, request_timeout_ms=60_000)
     await c.start()
     p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
     await p.start()
@@ -130,8 +130,9 @@ async def test_consumer_waits_for_records_produced_later(broker, topic_name):
         assert not getter.done()
         await p.send_and_wait(topic_name, key=b"k", value=b"late", partition=0)
         t0 = time.monotonic()
-        rec = await asyncio.wait_for(getter, 4)
-        assert time.monotonic() - t0 < 2.0, "the parked fetch was not woken by the append"
+        rec = await asyncio.wait_for(getter, 25)
+        # without a wake-up the record would only arrive when the 30 s fetch_max_wait_ms expires
+        assert time.monotonic() - t0 < 15, "the parked fetch was not woken by the append"
         assert (rec.offset, rec.key, rec.value) == (0, b"k", b"late")
     finally:
         await p.stop()
