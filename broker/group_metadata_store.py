@@ -16,6 +16,7 @@ import struct
 import time
 from collections.abc import Mapping
 
+from broker.classic_group import EMPTY, STABLE, GroupMetadata, MemberMetadata
 from broker.group_records import (
     CONSUMER_GROUP_METADATA, CONSUMER_GROUP_PARTITION_METADATA, GROUP_METADATA, OFFSET_COMMIT, OFFSET_COMMIT_V0,
     CorruptGroupRecord, GroupMetadataValue, OffsetAndMetadata, RecordKey, decode_consumer_group_value,
@@ -298,7 +299,6 @@ def install_partition(coordinator, load: PartitionLoad) -> None:
 def install_classic(coordinator, group_id: str, value: GroupMetadataValue | None, offsets: dict) -> None:
     """Kafka's GroupMetadata.loadGroup: Stable with the persisted members and generation (each member on a fresh
     session timeout, so it expires unless it heartbeats), or Empty; offsets alone make a simple Empty group."""
-    from broker.group_coordinator import EMPTY, STABLE, GroupMetadata, MemberMetadata
     now = coordinator.now_ms()
     members = value.members if value is not None else []
     group = GroupMetadata(group_id, STABLE if members else EMPTY, now)

@@ -60,7 +60,7 @@ def check_create(broker, name: str, num_partitions: int, replication_factor: int
     if replication_factor == -1:
         replication_factor = broker.config.get_int("default.replication.factor")
     if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
-        raise AdminError(INVALID_PARTITIONS, f"Number of partitions was set to an invalid non-positive value."
+        raise AdminError(INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."
                          if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds {MAX_PARTITIONS}")
     if replication_factor <= 0:
         raise AdminError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")

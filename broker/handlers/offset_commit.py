@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 
-from broker.group_coordinator import DEFAULT_RETENTION_TIME
+from broker.classic_group import DEFAULT_RETENTION_TIME
 from protocol import kio_codec
 
 API_KEY = 8

@@ -1,7 +1,7 @@
 """SyncGroup (key 14): the leader's assignment completes the rebalance; followers park until it arrives."""
 from __future__ import annotations
 
-from broker.group_coordinator import INCONSISTENT_GROUP_PROTOCOL, SyncResult
+from broker.classic_group import INCONSISTENT_GROUP_PROTOCOL, SyncResult
 from protocol import kio_codec
 
 API_KEY = 14

@@ -12,7 +12,8 @@ import pytest
 from broker import group_metadata_store as gms
 from broker import group_records as gr
 from broker.config import BrokerConfig
-from broker.group_coordinator import EMPTY, STABLE, GroupCoordinator
+from broker.classic_group import EMPTY, STABLE
+from broker.group_coordinator import GroupCoordinator
 from broker.group_metadata_store import PartitionLoad
 from broker.group_records import ConsumerMemberValue, CurrentAssignmentValue, MemberMetadataValue, OffsetAndMetadata
 from broker.replica_manager import ReplicaManager
