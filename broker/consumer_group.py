@@ -23,7 +23,8 @@ Not implemented: online upgrade/downgrade of non-empty groups between the classi
 group of either kind converts, as Kafka does), rack-aware assignment, client-side assignors (KIP-848 classic
 members), topic metadata hashing (subscriptions are re-resolved against the topic store on every heartbeat).
 
-The replayed group and member state is broker/consumer_group_state.py, the assignors broker/consumer_group_assignors.py.
+The replayed group and member state is broker/consumer_group_state.py, the assignors broker/consumer_group_assignors.py,
+the offset APIs, deletion and start-up replay broker/consumer_group_offsets.py.
 """
 from __future__ import annotations
 
@@ -37,34 +38,18 @@ from dataclasses import dataclass, replace
 from broker import group_metadata_store as gms
 from broker import group_records as gr
 from broker.consumer_group_assignors import ASSIGNORS
+from broker.consumer_group_offsets import ConsumerGroupOffsets
 from broker.consumer_group_state import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, STABLE,
                                          UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, Assignment, ConsumerGroup,
                                          ConsumerGroupMember)
+from broker.group_errors import (FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED,
+                                 INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, NONE, UNKNOWN_MEMBER_ID,
+                                 UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR)
 from broker.group_records import (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CONSUMER_GROUP_MEMBER_METADATA,
-                                  CONSUMER_GROUP_METADATA, CONSUMER_GROUP_PARTITION_METADATA,
-                                  CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
-                                  OffsetAndMetadata, RecordKey)
+                                  CONSUMER_GROUP_METADATA, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                                  CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, RecordKey)
 
 log = logging.getLogger("strata.groups.consumer")
-
-# ---- error codes ---------------------------------------------------------------------------------------------------
-NONE = 0
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_LOAD_IN_PROGRESS = 14
-NOT_COORDINATOR = 16
-UNKNOWN_MEMBER_ID = 25
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
-GROUP_SUBSCRIBED_TO_TOPIC = 86
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-STALE_MEMBER_EPOCH = 113
-INVALID_REGULAR_EXPRESSION = 128
 
 CONSUMER_DEFAULTS: dict[str, str] = {
     "group.consumer.session.timeout.ms": "45000",
@@ -128,7 +113,7 @@ class _Failed(Exception):
 
 
 # ---- the coordinator -----------------------------------------------------------------------------------------------
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(ConsumerGroupOffsets):
     """Consumer-protocol groups of this broker; owned by GroupCoordinator (which shares its store, loading state and
     clock, and forwards offset and admin calls for consumer groups here)."""
 
@@ -595,142 +580,6 @@ class ConsumerGroupCoordinator:
                 "subscribed_topic_names": list(m.subscribed_topic_names),
                 "subscribed_topic_regex": m.subscribed_topic_regex, "assignment": parts(m.assigned),
                 "target_assignment": parts(group.target.get(m.member_id, {})), "member_type": 1}
-
-    # -- offsets (called by GroupCoordinator for consumer groups) ----------------------------------------------------
-    def commit_offsets(self, group: ConsumerGroup, member_epoch: int, member_id: str, instance_id: str | None,
-                       offsets: dict, retention_ms: int, api_version: int | None) -> dict:
-        """ConsumerGroup.validateOffsetCommit, then the same records as a classic commit."""
-        def all_(err):
-            return {tp: err for tp in offsets}
-        if not (member_epoch < 0 and not group.members):
-            member = group.members.get(member_id)
-            if member is None:
-                return all_(UNKNOWN_MEMBER_ID)
-            if api_version is not None and api_version < 9:
-                return all_(UNSUPPORTED_VERSION)
-            if member_epoch != member.member_epoch:
-                return all_(STALE_MEMBER_EPOCH)
-        now = self.now_ms()
-        expire = now + retention_ms if retention_ms != -1 else None
-        results, accepted = {}, {}
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            metadata = "" if metadata is None else metadata
-            if len(metadata) > self.parent.max_metadata_size:
-                results[tp] = OFFSET_METADATA_TOO_LARGE
-            else:
-                accepted[tp] = OffsetAndMetadata(offset, -1 if leader_epoch is None else leader_epoch, metadata,
-                                                 now, expire)
-        if accepted:
-            err = self.store_offsets(group, accepted)
-            for tp in accepted:
-                results[tp] = err
-        return {tp: results[tp] for tp in offsets}
-
-    def store_offsets(self, group: ConsumerGroup, offsets: dict) -> int:
-        """Persist and apply commits (None values delete); returns the client-facing error."""
-        if self.parent.store is not None:
-            err = self.parent.store.store_offsets(group.group_id, offsets)
-            if err != NONE:
-                return err
-        for tp, om in offsets.items():
-            if om is None:
-                group.offsets.pop(tp, None)
-            else:
-                group.offsets[tp] = om
-        return NONE
-
-    def validate_offset_fetch(self, group: ConsumerGroup, member_id: str | None, member_epoch: int) -> int:
-        if member_epoch == -1:
-            return NONE
-        member = group.members.get(member_id or "")
-        if member is None:
-            return UNKNOWN_MEMBER_ID
-        return STALE_MEMBER_EPOCH if member_epoch != member.member_epoch else NONE
-
-    def delete_offsets(self, group: ConsumerGroup, partitions: list) -> dict:
-        errors, removed = {}, {}
-        for tp in partitions:
-            if self.is_subscribed_to_topic(group, tp[0]):
-                errors[tp] = GROUP_SUBSCRIBED_TO_TOPIC
-            elif tp in group.offsets:
-                removed[tp] = None
-        err = self.store_offsets(group, removed) if removed else NONE
-        for tp in partitions:
-            errors.setdefault(tp, err)
-        return errors
-
-    def delete_group(self, group: ConsumerGroup) -> int:
-        """DeleteGroups: only Empty groups; offsets and group records get tombstones."""
-        if group.members:
-            return NON_EMPTY_GROUP
-        err = self.store_offsets(group, {tp: None for tp in group.offsets}) if group.offsets else NONE
-        if err != NONE:
-            return err
-        return self._delete(group)
-
-    def _delete(self, group: ConsumerGroup) -> int:
-        gid = group.group_id
-        records = [(_encode_key(RecordKey(t, gid)), None) for t in (
-            CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, CONSUMER_GROUP_PARTITION_METADATA, CONSUMER_GROUP_METADATA)]
-        if self.parent.store is not None:
-            err = self.parent.store.append(gid, records)
-            if err != NONE:
-                return gms.map_offsets_error(err)
-        self.groups.pop(gid, None)
-        log.info("consumer group %s deleted", gid)
-        return NONE
-
-    def cleanup_expired_offsets(self, now: int, retention_ms: int) -> int:
-        removed = 0
-        for group in list(self.groups.values()):
-            if self.parent._unavailable(group.group_id) != NONE:
-                continue
-            subscribed = set().union(*(self._subscribed_names(m) for m in group.members.values())) \
-                if group.members else set()
-            expired = {tp: None for tp, om in group.offsets.items() if tp[0] not in subscribed and (
-                now >= om.expire_timestamp if om.expire_timestamp is not None
-                else now - om.commit_timestamp >= retention_ms)}
-            if expired and self.store_offsets(group, expired) == NONE:
-                removed += len(expired)
-                log.info("consumer group %s: removed %d expired offsets", group.group_id, len(expired))
-            if not group.members and not group.offsets:
-                self._delete(group)
-        return removed
-
-    def on_topics_deleted(self, topics: set[str]) -> int:
-        removed = 0
-        for group in list(self.groups.values()):
-            gone = {tp: None for tp in group.offsets if tp[0] in topics}
-            if gone and self.store_offsets(group, gone) == NONE:
-                removed += len(gone)
-        return removed
-
-    def convert_empty_to_classic(self, group_id: str) -> tuple[int, dict]:
-        """A classic JoinGroup for an Empty consumer group replaces it (Kafka's maybeDeleteEmptyConsumerGroup);
-        returns (error, its offsets)."""
-        group = self.groups[group_id]
-        offsets = dict(group.offsets)
-        err = self._delete(group)
-        return err, offsets
-
-    # -- loading -----------------------------------------------------------------------------------------------------
-    def install_loaded(self, group_id: str, records: list, offsets: dict) -> bool:
-        """Replay a group's records from __consumer_offsets; False when the group ended up deleted."""
-        group = ConsumerGroup(group_id)
-        for k, v in records:
-            group.replay(k, v)
-        if not group.exists:
-            return False
-        group.offsets = dict(offsets)
-        group.subscription_metadata = self._subscription_metadata(group)
-        self.groups[group_id] = group
-        for mid, m in group.members.items():
-            self._schedule_session_timeout(group_id, mid)
-            if m.state == UNREVOKED_PARTITIONS:
-                self._schedule_rebalance_timeout(group_id, mid, m.member_epoch, m.rebalance_timeout_ms)
-        log.info("loaded consumer group %s (epoch %d, %d members, %d offsets)", group_id, group.group_epoch,
-                 len(group.members), len(group.offsets))
-        return True
 
 
 # ---- record encoding ------------------------------------------------------------------------------------------------

@@ -41,14 +41,14 @@ import uuid
 from collections.abc import Mapping
 
 from broker import group_metadata_store as gms
-from broker.classic_group import (NONE, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
-                                  ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
-                                  UNKNOWN_MEMBER_ID, INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS,
-                                  MEMBER_ID_REQUIRED, GROUP_MAX_SIZE_REACHED, FENCED_INSTANCE_ID, EMPTY,
-                                  PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD, UNKNOWN_MEMBER,
-                                  NEW_MEMBER_JOIN_TIMEOUT_MS, IllegalStateError, JoinResult, SyncResult,
-                                  MemberMetadata, _DelayedJoin, GroupMetadata)
+from broker.classic_group import (COMPLETING_REBALANCE, DEAD, EMPTY, NEW_MEMBER_JOIN_TIMEOUT_MS, PREPARING_REBALANCE,
+                                  STABLE, UNKNOWN_MEMBER, GroupMetadata, IllegalStateError, JoinResult,
+                                  MemberMetadata, SyncResult, _DelayedJoin)
 from broker.consumer_group import ConsumerGroupCoordinator
+from broker.group_errors import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID,
+                                 GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
+                                 INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NONE, NOT_COORDINATOR,
+                                 REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID)
 from broker.group_metadata_store import GroupMetadataStore
 from broker.group_offsets import GroupOffsetsAndAdmin
 from broker.group_records import OffsetAndMetadata

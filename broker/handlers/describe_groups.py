@@ -2,7 +2,8 @@
 An unknown group is reported as Dead (v0-5) or GROUP_ID_NOT_FOUND (v6+, KIP-1043)."""
 from __future__ import annotations
 
-from broker.classic_group import DEAD, GROUP_ID_NOT_FOUND
+from broker.classic_group import DEAD
+from broker.group_errors import GROUP_ID_NOT_FOUND
 from protocol import kio_codec
 
 API_KEY = 15

@@ -1,7 +1,8 @@
 """SyncGroup (key 14): the leader's assignment completes the rebalance; followers park until it arrives."""
 from __future__ import annotations
 
-from broker.classic_group import INCONSISTENT_GROUP_PROTOCOL, SyncResult
+from broker.classic_group import SyncResult
+from broker.group_errors import INCONSISTENT_GROUP_PROTOCOL
 from protocol import kio_codec
 
 API_KEY = 14
