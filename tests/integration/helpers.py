@@ -20,7 +20,9 @@ CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    """Poll until `predicate` is truthy and return its value. The default timeout is generous on purpose: it only
+    costs time when the test is already failing, and a loaded 2-core CI host is much slower than a laptop."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
