@@ -14,6 +14,8 @@ from functools import cache
 from kio.serial._introspect import (EntityField, EntityTupleField, classify_field, get_field_tag,
                                     get_schema_field_type)
 
+from protocol import wire
+
 _FIXED = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
           "float64": 8, "uuid": 16, "bool": 1, "error_code": 2, "timedelta_i32": 4, "timedelta_i64": 8,
           "datetime_i64": 8}
@@ -30,28 +32,11 @@ class StructureError(ValueError):
 
 
 def read_uvarint(buf, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    n = len(buf)
-    while True:
-        if pos >= n:
-            raise StructureError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise StructureError("varint longer than 5 bytes")
-
-
-def write_uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    """protocol.wire's reader, raising this module's StructureError."""
+    try:
+        return wire.read_uvarint(buf, pos)
+    except wire.MalformedRequest as e:
+        raise StructureError(str(e)) from None
 
 
 @cache
@@ -167,12 +152,12 @@ def _walk(schema, buf, pos: int, out: bytearray | None, is_header: bool) -> tupl
             if pos + size > len(buf):
                 raise StructureError("tagged field runs past the end of the message")
             if tag in known_tags:
-                kept.append(write_uvarint(tag) + write_uvarint(size) + bytes(buf[pos:pos + size]))
+                kept.append(wire.uvarint(tag) + wire.uvarint(size) + bytes(buf[pos:pos + size]))
             else:
                 unknown = True
             pos += size
         if out is not None:
-            out += write_uvarint(len(kept))
+            out += wire.uvarint(len(kept))
             for k in kept:
                 out += k
     return pos, unknown

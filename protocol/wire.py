@@ -31,7 +31,7 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
         if not b & 0x80:
             return value, pos
         shift += 7
-        if shift > 35:
+        if shift > 28:                   # Kafka's ByteUtils: an unsigned varint has at most 5 bytes
             raise MalformedRequest("varint longer than 5 bytes")
 
 
