@@ -46,6 +46,13 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleaner.dedupe.buffer.size": "134217728",
 }
 
+def setting(config, key: str, defaults: dict[str, str]) -> str:
+    """`key` from a BrokerConfig, a plain mapping (unit tests) or None, falling back to a component's own defaults
+    when unset or empty (BrokerConfig.get answers "" for keys outside BROKER_DEFAULTS)."""
+    value = config.get(key) if config is not None else None
+    return str(value) if value not in (None, "") else defaults[key]
+
+
 _HOURS = 3_600_000
 _MINUTES = 60_000
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 from broker import group_metadata_store as gms
 from broker import group_records as gr
+from broker.config import setting
 from broker.consumer_group_assignors import ASSIGNORS
 from broker.consumer_group_offsets import ConsumerGroupOffsets
 from broker.consumer_group_state import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, STABLE,
@@ -66,8 +67,7 @@ _ASSIGNOR_CLASSES = {
 
 
 def _setting(config, key: str) -> str:
-    value = config.get(key) if config is not None else None
-    return str(value) if value not in (None, "") else CONSUMER_DEFAULTS[key]
+    return setting(config, key, CONSUMER_DEFAULTS)
 
 
 

@@ -38,12 +38,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Mapping
 
 from broker import group_metadata_store as gms
 from broker.classic_group import (COMPLETING_REBALANCE, DEAD, EMPTY, NEW_MEMBER_JOIN_TIMEOUT_MS, PREPARING_REBALANCE,
                                   STABLE, UNKNOWN_MEMBER, GroupMetadata, IllegalStateError, JoinResult,
                                   MemberMetadata, SyncResult, _DelayedJoin)
+from broker.config import setting
 from broker.consumer_group import ConsumerGroupCoordinator
 from broker.group_errors import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID,
                                  GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
@@ -68,13 +68,7 @@ GROUP_DEFAULTS: dict[str, str] = {
 
 
 def _setting(config, key: str) -> int:
-    if config is None:
-        value = None
-    elif isinstance(config, Mapping):
-        value = config.get(key)
-    else:
-        value = config.get(key)   # BrokerConfig.get returns "" for keys without a broker default
-    return int(value) if value not in (None, "") else int(GROUP_DEFAULTS[key])
+    return int(setting(config, key, GROUP_DEFAULTS))
 
 
 # ---- the coordinator ----------------------------------------------------------------------------------------------

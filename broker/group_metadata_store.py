@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 
 from broker.classic_group import EMPTY, STABLE, GroupMetadata, MemberMetadata
+from broker.config import setting
 from broker.group_records import (
     CONSUMER_GROUP_METADATA, CONSUMER_GROUP_PARTITION_METADATA, GROUP_METADATA, OFFSET_COMMIT, OFFSET_COMMIT_V0,
     CorruptGroupRecord, GroupMetadataValue, OffsetAndMetadata, RecordKey, decode_consumer_group_value,
@@ -114,8 +115,7 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 
 # ---- the store ------------------------------------------------------------------------------------------------------
 def _setting(config, key: str) -> int:
-    value = config.get(key) if config is not None else None
-    return int(value) if value not in (None, "") else int(STORE_DEFAULTS[key])
+    return int(setting(config, key, STORE_DEFAULTS))
 
 
 _ERROR_IN_MESSAGE = re.compile(r"failed with error (-?\d+)")
