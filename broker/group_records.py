@@ -26,11 +26,12 @@ Appending and loading these records is broker/group_metadata_store.py.
 from __future__ import annotations
 
 import struct
-import uuid
+from uuid import UUID
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 
-from protocol.wire import MalformedRequest, read_uvarint, uvarint
+from protocol.message_reader import MessageReader
+from protocol.wire import uvarint
 
 # ---- record types ---------------------------------------------------------------------------------------------------
 OFFSET_COMMIT_V0 = 0
@@ -92,7 +93,7 @@ class ConsumerMemberValue:
     server_assignor: str | None = None
 
 
-Assignment = dict   # {topic id (uuid.UUID): frozenset of partition indexes}
+Assignment = dict   # {topic id (UUID): frozenset of partition indexes}
 
 
 @dataclass(slots=True)
@@ -153,7 +154,7 @@ class _Out:
         self.uvarint(len(data) + 1)
         self.b += data
 
-    def uuid(self, u: uuid.UUID):
+    def uuid(self, u: UUID):
         self.b += u.bytes
 
     def no_tags(self):
@@ -164,77 +165,9 @@ class CorruptGroupRecord(ValueError):
     pass
 
 
-class _In:
-    __slots__ = ("b", "p")
-
-    def __init__(self, data):
-        self.b = bytes(data)
-        self.p = 0
-
-    def _take(self, n):
-        if n < 0 or self.p + n > len(self.b):
-            raise CorruptGroupRecord(f"record field of {n} bytes runs past the end ({len(self.b)} bytes)")
-        v = self.b[self.p:self.p + n]
-        self.p += n
-        return v
-
-    def _unpack(self, fmt, n):
-        return struct.unpack(fmt, self._take(n))[0]
-
-    def i8(self): return self._unpack(">b", 1)
-    def i16(self): return self._unpack(">h", 2)
-    def i32(self): return self._unpack(">i", 4)
-    def i64(self): return self._unpack(">q", 8)
-
-    def uvarint(self):
-        try:
-            v, self.p = read_uvarint(self.b, self.p)
-        except MalformedRequest as e:
-            raise CorruptGroupRecord(f"record field: {e}") from None
-        return v
-
-    def string(self, nullable=False):
-        n = self.i16()
-        if n < 0:
-            if nullable:
-                return None
-            raise CorruptGroupRecord("null string in a non-nullable field")
-        return self._take(n).decode("utf-8")
-
-    def bytes_(self):
-        n = self.i32()
-        return b"" if n < 0 else self._take(n)
-
-    def cstring(self, nullable=False):
-        n = self.uvarint() - 1
-        if n < 0:
-            if nullable:
-                return None
-            raise CorruptGroupRecord("null compact string in a non-nullable field")
-        return self._take(n).decode("utf-8")
-
-    def cbytes(self):
-        n = self.uvarint() - 1
-        return b"" if n < 0 else self._take(n)
-
-    def carray_len(self):
-        return max(self.uvarint() - 1, 0)
-
-    def uuid(self):
-        return uuid.UUID(bytes=self._take(16))
-
-    def tags(self) -> dict[int, bytes]:
-        out = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            out[tag] = self._take(self.uvarint())
-        return out
-
-    def version(self, lo: int, hi: int, what: str) -> int:
-        v = self.i16()
-        if not lo <= v <= hi:
-            raise CorruptGroupRecord(f"unknown {what} version {v}")
-        return v
+class _In(MessageReader):
+    __slots__ = ()
+    error = CorruptGroupRecord
 
 
 # ---- keys -----------------------------------------------------------------------------------------------------------

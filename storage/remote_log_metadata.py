@@ -36,7 +36,8 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Callable, Iterable
 
-from protocol.wire import MalformedRequest, read_uvarint, uvarint
+from protocol.message_reader import MessageReader
+from protocol.wire import uvarint
 
 log = logging.getLogger("strata.remote_log_metadata")
 
@@ -162,56 +163,6 @@ class RemotePartitionDeleteMetadata:
 _I8, _I32, _I64 = struct.Struct(">b"), struct.Struct(">i"), struct.Struct(">q")
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf):
-        self.buf, self.pos = memoryview(buf), 0
-
-    def uvarint(self) -> int:
-        try:
-            v, self.pos = read_uvarint(self.buf, self.pos)
-        except MalformedRequest as e:
-            raise ValueError(str(e)) from None
-        return v
-
-    def take(self, n: int) -> bytes:
-        if self.pos + n > len(self.buf):
-            raise ValueError("record truncated")
-        b = bytes(self.buf[self.pos:self.pos + n])
-        self.pos += n
-        return b
-
-    def i8(self) -> int:
-        return _I8.unpack(self.take(1))[0]
-
-    def i32(self) -> int:
-        return _I32.unpack(self.take(4))[0]
-
-    def i64(self) -> int:
-        return _I64.unpack(self.take(8))[0]
-
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(bytes=self.take(16))
-
-    def string(self) -> str:
-        n = self.uvarint() - 1
-        if n < 0:
-            raise ValueError("null string in a non-nullable field")
-        return self.take(n).decode()
-
-    def nullable_bytes(self) -> bytes | None:
-        n = self.uvarint() - 1
-        return None if n < 0 else self.take(n)
-
-    def tags(self) -> dict[int, bytes]:
-        out = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            out[tag] = self.take(self.uvarint())
-        return out
-
-
 def _string(s: str) -> bytes:
     b = s.encode()
     return uvarint(len(b) + 1) + b
@@ -225,8 +176,8 @@ def _tip(t: TopicIdPartition) -> bytes:
     return _string(t.topic) + t.topic_id.bytes + _I32.pack(t.partition) + b"\x00"
 
 
-def _read_tip(r: _Reader) -> TopicIdPartition:
-    name, tid, part = r.string(), r.uuid(), r.i32()
+def _read_tip(r: MessageReader) -> TopicIdPartition:
+    name, tid, part = r.cstring(), r.uuid(), r.i32()
     r.tags()
     return TopicIdPartition(tid, name, part)
 
@@ -235,7 +186,7 @@ def _segment_id(s: RemoteLogSegmentId) -> bytes:
     return _tip(s.tip) + s.id.bytes + b"\x00"
 
 
-def _read_segment_id(r: _Reader) -> RemoteLogSegmentId:
+def _read_segment_id(r: MessageReader) -> RemoteLogSegmentId:
     tip = _read_tip(r)
     sid = r.uuid()
     r.tags()
@@ -272,7 +223,7 @@ def serialize(event) -> bytes:
 
 def deserialize(data) -> RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata:
     """Inverse of `serialize`; unknown tagged fields are skipped, as Kafka does. ValueError on anything else."""
-    r = _Reader(data)
+    r = MessageReader(data)
     try:
         frame, api_key, version = r.uvarint(), r.uvarint(), r.uvarint()
         if frame != FRAME_VERSION:
@@ -286,14 +237,14 @@ def deserialize(data) -> RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpda
             for _ in range(r.uvarint() - 1):
                 epochs.append((r.i32(), r.i64()))
                 r.tags()
-            size, custom, state = r.i32(), r.nullable_bytes(), RemoteLogSegmentState(r.i8())
+            size, custom, state = r.i32(), r.cbytes(nullable=True), RemoteLogSegmentState(r.i8())
             tags = r.tags()
             txn_empty = tags[0] != b"\x00" if 0 in tags else True
             return RemoteLogSegmentMetadata(sid, start, end, max_ts, broker, event_ts, size, tuple(epochs), state,
                                             custom, txn_empty)
         if api_key == SEGMENT_UPDATE_API_KEY:
             sid = _read_segment_id(r)
-            broker, event_ts, custom, state = r.i32(), r.i64(), r.nullable_bytes(), RemoteLogSegmentState(r.i8())
+            broker, event_ts, custom, state = r.i32(), r.i64(), r.cbytes(nullable=True), RemoteLogSegmentState(r.i8())
             r.tags()
             return RemoteLogSegmentMetadataUpdate(sid, event_ts, custom, state, broker)
         if api_key == PARTITION_DELETE_API_KEY:
