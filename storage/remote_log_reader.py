@@ -17,18 +17,15 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
+from protocol.record_batch import HEADER_SIZE, read_header
 from storage.log import OffsetOutOfRangeError
 from storage.log_segment import record_timestamps
 from storage.remote_log_metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageException
 from storage.remote_storage_manager import IndexType
 
 S = RemoteLogSegmentState
-_OFF_LEN = struct.Struct(">qi")
-_I32 = struct.Struct(">i")
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
-_HEADER_SIZE = 61
-_LAST_OFFSET_DELTA_AT = 23
 
 
 # ---- caches -------------------------------------------------------------------------------------------------------
@@ -275,14 +272,12 @@ class RemoteLogReader:
         cur = [-1, None]
         out: list[memoryview] = []
         total = 0
-        while pos + _HEADER_SIZE <= size:
-            head = b"".join(await self._range(md, pos, pos + _HEADER_SIZE, cur))
-            base, length = _OFF_LEN.unpack_from(head, 0)
-            last = base + _I32.unpack_from(head, _LAST_OFFSET_DELTA_AT)[0]
-            bsize = 12 + length
-            if length <= 0 or pos + bsize > size:
+        while pos + HEADER_SIZE <= size:
+            h = read_header(b"".join(await self._range(md, pos, pos + HEADER_SIZE, cur)), 0)
+            bsize = h.size
+            if h.batch_length <= 0 or pos + bsize > size:
                 raise RemoteStorageException(f"corrupt batch at position {pos} of {md.segment_id}")
-            if last < offset:
+            if h.last_offset < offset:
                 pos += bsize
                 continue
             if total + bsize > max_bytes and not (min_one and not out):
@@ -321,11 +316,10 @@ class RemoteLogReader:
         return None
 
     async def _scan_timestamp(self, md, pos: int, ts: int, start: int) -> tuple[int, int] | None:
-        from protocol.record_batch import read_header
         size = md.segment_size_in_bytes
         cur = [-1, None]
-        while pos + _HEADER_SIZE <= size:
-            head = b"".join(await self._range(md, pos, pos + _HEADER_SIZE, cur))
+        while pos + HEADER_SIZE <= size:
+            head = b"".join(await self._range(md, pos, pos + HEADER_SIZE, cur))
             h = read_header(head, 0)
             if h.max_timestamp >= ts and h.last_offset >= start:
                 batch = b"".join(await self._range(md, pos, pos + h.size, cur))
