@@ -11,15 +11,10 @@ decode.py.
 """
 from __future__ import annotations
 
-import struct
 from typing import Iterator
 
+from protocol.record_batch import CONTROL_BIT, HEADER, HEADER_SIZE, TIMESTAMP_TYPE_BIT
 from spark_connector.planning import Piece, report_data_loss
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")     # protocol/record_batch.HEADER
-HEADER_SIZE = _HEADER.size                    # 61
-_CONTROL = 0x20
-_LOG_APPEND_TIME = 0x08
 
 
 def index_position(index: bytes, base_offset: int, target: int) -> int:
@@ -96,7 +91,7 @@ class RemoteReader:
             p, n = 0, len(buf)
             while n - p >= HEADER_SIZE:
                 (base, length, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, _pid, _pe, _seq,
-                 count) = _HEADER.unpack_from(buf, p)
+                 count) = HEADER.unpack_from(buf, p)
                 total = 12 + length
                 if n - p < total:
                     break
@@ -104,10 +99,10 @@ class RemoteReader:
                     done = True
                     break
                 last = base + last_delta
-                if last >= start and not attrs & _CONTROL and (ts_lo is None or max_ts >= ts_lo):
+                if last >= start and not attrs & CONTROL_BIT and (ts_lo is None or max_ts >= ts_lo):
                     if magic != 2:
                         raise ValueError(f"{key}: batch at offset {base} has magic {magic}, only v2 is supported")
-                    lat = attrs & _LOG_APPEND_TIME
+                    lat = attrs & TIMESTAMP_TYPE_BIT
                     decode_into(records_section(mv[p:p + total]), count, base, base_ts, max_ts if lat else None,
                                 start, end, builder, 1 if lat else 0)
                 next_offset = max(next_offset, last + 1)
