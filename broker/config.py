@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from storage.cleaner import CLEANER_DEFAULTS
 from storage.log_config import LogConfig
 
 # Broker-level settings Strata reads, with Kafka's defaults. Log defaults (log.*) live in storage.log_config.
@@ -40,10 +41,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "remote.log.reader.chunk.cache.size.bytes": "134217728",
     "remote.log.reader.prefetch.chunks": "2",
     "metrics.port": "-1",
-    "log.cleaner.enable": "true",
-    "log.cleaner.threads": "1",
-    "log.cleaner.backoff.ms": "15000",
-    "log.cleaner.dedupe.buffer.size": "134217728",
+    **CLEANER_DEFAULTS,              # log.cleaner.*: the cleaner's own defaults, one list
 }
 
 def setting(config, key: str, defaults: dict[str, str]) -> str:

@@ -49,7 +49,7 @@ from storage.cleaned_segment import SWAP_SUFFIX, _CleanedSegment
 from storage.leader_epoch import fsync_dir
 from storage.log_segment import INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment, file_name
 
-# Broker settings with Kafka's names and defaults (also in broker.config.BROKER_DEFAULTS).
+# Broker settings with Kafka's names and defaults (broker.config.BROKER_DEFAULTS includes them).
 CLEANER_DEFAULTS: dict[str, str] = {
     "log.cleaner.enable": "true",
     "log.cleaner.threads": "1",
