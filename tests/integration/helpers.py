@@ -109,17 +109,27 @@ def consume(bootstrap: str, topic: str, count: int, partition: int = 0, offset: 
         while len(out) < count:
             assert time.monotonic() < deadline, f"got {len(out)}/{count} messages from {topic} in {timeout}s"
             batch = c.consume(num_messages=min(1000, count - len(out)), timeout=0.5)
-            for m in batch:
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(m.error())
-                out.append(m)
+            out.extend(records(batch))
         extra = [m for m in c.consume(num_messages=10, timeout=0.3) if not m.error()]
         assert not extra, f"unexpected extra messages at offsets {[m.offset() for m in extra]}"
         return out
     finally:
         c.close()
+
+
+def records(messages) -> list:
+    """The records among polled confluent-kafka messages (an iterable such as consume()'s list, or [poll()]):
+    None and partition-EOF events are dropped, any other error raises KafkaException."""
+    out = []
+    for m in messages:
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise KafkaException(m.error())
+        out.append(m)
+    return out
 
 
 def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:

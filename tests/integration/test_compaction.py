@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
-from helpers import consumer, create_topic, producer, wait_until, watermarks
+from helpers import consumer, create_topic, producer, records, wait_until, watermarks
 
 pytestmark = [pytest.mark.integration]
 
@@ -70,12 +70,7 @@ def read_to_end(bootstrap: str, topic: str, timeout: float = 30) -> list:
         deadline = time.monotonic() + timeout
         while not out or out[-1].offset() < hi - 1:
             assert time.monotonic() < deadline, f"read {len(out)} messages, up to {out[-1].offset() if out else None}"
-            for m in c.consume(num_messages=5000, timeout=0.5):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(m.error())
-                out.append(m)
+            out.extend(records(c.consume(num_messages=5000, timeout=0.5)))
     finally:
         c.close()
     offsets = [m.offset() for m in out]

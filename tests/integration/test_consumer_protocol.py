@@ -10,12 +10,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 
 try:
-    from .helpers import admin_client, consumer, create_topic, produce_all, producer, wait_until
+    from .helpers import admin_client, consumer, create_topic, produce_all, producer, records, wait_until
 except ImportError:  # tests/integration is not a package
-    from helpers import admin_client, consumer, create_topic, produce_all, producer, wait_until
+    from helpers import admin_client, consumer, create_topic, produce_all, producer, records, wait_until
 
 from broker.handlers import load_handlers
 
@@ -40,14 +40,7 @@ class Member:
         self.c.subscribe([topic])
 
     def poll(self, timeout=0.02):
-        m = self.c.poll(timeout)
-        if m is None:
-            return
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
-                return
-            raise KafkaException(m.error())
-        self.messages.append(m)
+        self.messages.extend(records([self.c.poll(timeout)]))
 
     def assignment(self):
         return {(tp.topic, tp.partition) for tp in self.c.assignment()}

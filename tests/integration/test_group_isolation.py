@@ -11,13 +11,13 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupState, TopicPartition
 
 try:
-    from .helpers import admin_client, consumer, create_topic, produce_all, producer
+    from .helpers import admin_client, consumer, create_topic, produce_all, producer, records
     from .rawclient import RawClient
 except ImportError:  # tests/integration is not a package
-    from helpers import admin_client, consumer, create_topic, produce_all, producer
+    from helpers import admin_client, consumer, create_topic, produce_all, producer, records
     from rawclient import RawClient
 
 pytestmark = pytest.mark.integration
@@ -73,14 +73,8 @@ def test_silent_leader_stalls_only_its_own_group(make_broker):
         deadline = time.monotonic() + 30
         while len(seen) < 40 and time.monotonic() < deadline:
             for c in members:
-                m = c.poll(0.05)
-                if m is None:
-                    continue
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(m.error())
-                seen.add((m.partition(), m.offset()))
+                for m in records([c.poll(0.05)]):
+                    seen.add((m.partition(), m.offset()))
         assert len(seen) == 40, f"healthy group consumed {len(seen)}/40 records while another group was stuck"
         members[0].commit(offsets=[TopicPartition(topic, part, 10) for part in range(4)], asynchronous=False)
         committed = members[0].committed([TopicPartition(topic, part) for part in range(4)], timeout=10)

@@ -26,10 +26,10 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
 try:
-    from .helpers import admin_client, consumer, create_topic, producer
+    from .helpers import admin_client, consumer, create_topic, producer, records
     from .test_groups import FAST, assert_exact_partition_split, balanced
 except ImportError:  # tests/integration is not a package
-    from helpers import admin_client, consumer, create_topic, producer
+    from helpers import admin_client, consumer, create_topic, producer, records
     from test_groups import FAST, assert_exact_partition_split, balanced
 
 from broker.handlers import load_handlers
@@ -124,11 +124,7 @@ class ConfluentMember:
                 raise
 
     def poll(self) -> None:
-        for m in self.c.consume(num_messages=500, timeout=0.02):
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(m.error())
+        for m in records(self.c.consume(num_messages=500, timeout=0.02)):
             self.records.append((m.partition(), m.offset()))
 
     def assignment(self) -> set[tuple[str, int]]:

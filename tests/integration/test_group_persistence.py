@@ -7,12 +7,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
 try:
-    from .helpers import admin_client, consumer, create_topic, produce_all, producer, wait_until
+    from .helpers import admin_client, consumer, create_topic, produce_all, producer, records, wait_until
 except ImportError:  # tests/integration is not a package
-    from helpers import admin_client, consumer, create_topic, produce_all, producer, wait_until
+    from helpers import admin_client, consumer, create_topic, produce_all, producer, records, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -32,14 +32,7 @@ def drain(c, count, timeout=30.0):
     deadline = time.monotonic() + timeout
     while len(out) < count:
         assert time.monotonic() < deadline, f"got {len(out)}/{count} messages"
-        m = c.poll(0.1)
-        if m is None:
-            continue
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
-                continue
-            raise KafkaException(m.error())
-        out.append(m)
+        out.extend(records([c.poll(0.1)]))
     return out
 
 

@@ -15,10 +15,10 @@ import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
 try:
-    from .helpers import admin_client, consumer, create_topic, produce_all, producer, wait_until
+    from .helpers import admin_client, consumer, create_topic, produce_all, producer, records, wait_until
     from .rawclient import RawClient
 except ImportError:  # tests/integration is not a package
-    from helpers import admin_client, consumer, create_topic, produce_all, producer, wait_until
+    from helpers import admin_client, consumer, create_topic, produce_all, producer, records, wait_until
     from rawclient import RawClient
 
 from conftest import BrokerProcess
@@ -71,14 +71,7 @@ class Member:
         self.revoked_calls += 1
 
     def poll(self, timeout: float = 0.05) -> None:
-        m = self.c.poll(timeout)
-        if m is None:
-            return
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
-                return
-            raise KafkaException(m.error())
-        self.messages.append(m)
+        self.messages.extend(records([self.c.poll(timeout)]))
 
     def assignment(self) -> set[tuple[str, int]]:
         return {(tp.topic, tp.partition) for tp in self.c.assignment()}
@@ -330,8 +323,8 @@ def test_kafka_python_group_commit_and_resume(gbroker, topic_name, group_id):
         assert not errors, errors
         a0, a1 = consumers[0].assignment(), consumers[1].assignment()
         assert a0 and a1 and not a0 & a1 and a0 | a1 == {KTP(topic_name, p) for p in range(3)}
-        records = [(r.partition, r.offset) for v in got.values() for r in v]
-        assert len(records) == len(set(records)) == 15
+        offsets = [(r.partition, r.offset) for v in got.values() for r in v]
+        assert len(offsets) == len(set(offsets)) == 15
         assert consumers[0].committed(KTP(topic_name, 1)) == 5
     finally:
         for c in consumers:
@@ -397,8 +390,8 @@ async def test_aiokafka_two_consumers_share_partitions_commit_and_resume(gbroker
         got = await consume_until(consumers, 20)
         a1, a2 = consumers[0].assignment(), consumers[1].assignment()
         assert a1 and a2 and not a1 & a2 and a1 | a2 == {ATP(topic_name, p) for p in range(4)}
-        records = [(r.partition, r.offset) for v in got.values() for r in v]
-        assert len(records) == len(set(records)) == 20
+        offsets = [(r.partition, r.offset) for v in got.values() for r in v]
+        assert len(offsets) == len(set(offsets)) == 20
         await asyncio.gather(*(c.commit() for c in consumers))
     finally:
         await asyncio.gather(*(c.stop() for c in consumers))
