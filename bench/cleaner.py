@@ -1,6 +1,6 @@
 """Log cleaner throughput: one compaction pass over a large compacted log, built directly with the storage API.
 
-A log of about --size-mb MiB is written with `storage.log.Log` (no broker, no network): batches of --batch records,
+A log of about --size-mb MiB is written with `storage.log.log.Log` (no broker, no network): batches of --batch records,
 each a random key out of --keys and a --value-bytes value (random bytes, so compression gains nothing and the codec
 cost is the price of recompressing), rolled at --segment-mb. Then `LogCleaner.clean_once()` cleans it on this thread,
 exactly the code a broker cleaner thread runs (offset map over the dirty section, copy of every group into .cleaned
@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 from protocol import compression  # noqa: E402
 from protocol.record_batch import split_and_validate  # noqa: E402
 from protocol.records import build_records_batch, iter_all_records  # noqa: E402
-from storage.log import Log  # noqa: E402
-from storage.log_cleaner import CleanerConfig, LogCleaner  # noqa: E402
-from storage.log_config import LogConfig  # noqa: E402
+from storage.log.log import Log  # noqa: E402
+from storage.cleaner.log_cleaner import CleanerConfig, LogCleaner  # noqa: E402
+from storage.log.log_config import LogConfig  # noqa: E402
 
 MIB = 1024 * 1024
 CODECS = {name: code for code, name in compression.CODEC_NAMES.items()}

@@ -1,9 +1,9 @@
 """A "null" Strata broker: the real protocol stack with the storage layer taken out.
 
 Used by bench/produce_fetch.py as the ceiling Strata is compared against. The process is Strata itself
-(`broker.cli` -> `broker.server.Broker`, uvloop, the same framing, dispatch and the same Produce / Fetch / Metadata /
+(`broker.cli` -> `broker.broker_server.Broker`, uvloop, the same framing, dispatch and the same Produce / Fetch / Metadata /
 ListOffsets / ApiVersions / CreateTopics handlers, fetch long-polling in `ReplicaManager`); the one thing replaced is
-`storage.log.Log`, by `NullLog` below, which `broker.replica_manager` instantiates for every partition.
+`storage.log.log.Log`, by `NullLog` below, which `replication.replica_manager` instantiates for every partition.
 
 What NullLog does, and what it leaves out:
 
@@ -25,7 +25,7 @@ What NullLog does, and what it leaves out:
 * Nothing survives a restart (topic metadata does, through the unchanged TopicStore in log.dirs).
 
 Run exactly like the real broker:  python bench/null_broker.py broker --override listeners=PLAINTEXT://127.0.0.1:9093 ...
-If storage/log.py does not exist yet, a stand-in `storage.log` module is installed so the null broker still runs.
+If storage/log.py does not exist yet, a stand-in `storage.log.log` module is installed so the null broker still runs.
 """
 from __future__ import annotations
 
@@ -64,11 +64,11 @@ class NullAppendResult:
         self.log_start_offset = log_start_offset
 
 
-_append_result = NullAppendResult   # install() swaps in storage.log.AppendResult when it exists
+_append_result = NullAppendResult   # install() swaps in storage.log.log.AppendResult when it exists
 
 
 def _offset_out_of_range(message: str) -> Exception:
-    """An instance of the class broker/handlers/fetch.py catches (storage.log.OffsetOutOfRangeError)."""
+    """An instance of the class broker/handlers/fetch.py catches (storage.log.log.OffsetOutOfRangeError)."""
     from broker.handlers import fetch
     cls = fetch.OffsetOutOfRangeError
     try:
@@ -144,7 +144,7 @@ class _Template:
 
 
 class NullLog:
-    """Looks like storage.log.Log to the broker; stores nothing (see the module docstring)."""
+    """Looks like storage.log.log.Log to the broker; stores nothing (see the module docstring)."""
 
     def __init__(self, dir, config, clean_shutdown: bool = False, **_ignored):
         self.dir = dir
@@ -240,21 +240,21 @@ class NullLog:
 
 
 def install() -> None:
-    """Make broker.replica_manager build NullLogs (installing a stand-in storage.log if the real one is missing)."""
+    """Make replication.replica_manager build NullLogs (installing a stand-in storage.log.log if the real one is missing)."""
     global _append_result
     try:
-        import storage.log
-        _append_result = getattr(storage.log, "AppendResult", NullAppendResult)
+        import storage.log.log
+        _append_result = getattr(storage.log.log, "AppendResult", NullAppendResult)
     except ImportError:
-        stub = types.ModuleType("storage.log")
+        stub = types.ModuleType("storage.log.log")
         stub.__doc__ = "stand-in installed by bench/null_broker.py: storage/log.py does not exist yet"
         stub.Log = NullLog
         stub.OffsetOutOfRangeError = NullOffsetOutOfRange
         stub.AppendResult = NullAppendResult
-        sys.modules["storage.log"] = stub
+        sys.modules["storage.log.log"] = stub
         import storage
-        storage.log = stub
-    import broker.replica_manager as rm
+        storage.log.log = stub
+    import replication.replica_manager as rm
     rm.Log = NullLog
 
 

@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _run_broker(config: BrokerConfig) -> None:
-    from broker.server import Broker
+    from broker.broker_server import Broker
     broker = Broker(config)
     await broker.start()
     stop = asyncio.Event()

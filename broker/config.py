@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from storage.cleaner import CLEANER_DEFAULTS
-from storage.log_config import LogConfig
+from storage.cleaner.cleaner import CLEANER_DEFAULTS
+from storage.log.log_config import LogConfig
 
-# Broker-level settings Strata reads, with Kafka's defaults. Log defaults (log.*) live in storage.log_config.
+# Broker-level settings Strata reads, with Kafka's defaults. Log defaults (log.*) live in storage.log.log_config.
 BROKER_DEFAULTS: dict[str, str] = {
     "node.id": "1",
     "listeners": "PLAINTEXT://127.0.0.1:9092",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from metadata.topic_store import TopicInfo, topic_name_error
-from storage.log_config import TOPIC_CONFIGS, LogConfig, parse_value
+from storage.log.log_config import TOPIC_CONFIGS, LogConfig, parse_value
 
 log = logging.getLogger("strata.admin")
 

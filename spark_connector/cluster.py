@@ -168,7 +168,7 @@ class Cluster:
     def remote_segments(self, tips) -> dict[tuple[str, int], list[SegmentInfo]]:
         """Finished remote segments (COPY_SEGMENT_FINISHED, not being deleted) of each TopicIdPartition, by start
         offset, folded from `__remote_log_metadata` read from its start to its high watermark."""
-        from storage.remote_log_metadata import metadata_partition
+        from storage.tiered.remote_log_metadata import metadata_partition
         tips = list(tips)
         md_topic = self.metadata().topics.get(METADATA_TOPIC)
         if not tips or md_topic is None or not md_topic.partitions:
@@ -235,10 +235,10 @@ def _read_partitions(client: ClientOptions, partitions: list[int], timeout: floa
 def fold_segments(values, wanted) -> dict[tuple[str, int], list[SegmentInfo]]:
     """Replay metadata events (RemoteLogMetadataSerde bytes) and keep the segments of `wanted` TopicIdPartitions
     whose last state is COPY_SEGMENT_FINISHED."""
-    from storage.remote_log_metadata import (
+    from storage.tiered.remote_log_metadata import (
         RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState, deserialize,
     )
-    from storage.remote_storage_manager import segment_key_prefix
+    from storage.tiered.remote_storage_manager import segment_key_prefix
     segments: dict = {}
     for v in values:
         try:

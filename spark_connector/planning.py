@@ -196,7 +196,7 @@ def store_location(opts: ReadOptions, cluster) -> tuple | None:
 
 def make_ranges(opts: ReadOptions, cluster, ranges: list, ts_lo: int | None = None) -> list[OffsetRange]:
     """OffsetRanges for (topic, partition, start, end) tuples, with remote pieces where the store has them."""
-    from storage.remote_log_metadata import TopicIdPartition
+    from storage.tiered.remote_log_metadata import TopicIdPartition
     ranges = [r for r in ranges if r[3] > r[2]]
     store = store_location(opts, cluster) if opts.direct_read and ranges else None
     segments: dict = {}

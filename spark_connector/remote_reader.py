@@ -56,7 +56,7 @@ class RemoteReader:
         """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full."""
         from protocol.records import records_section
         from spark_connector.decode import decode_into
-        from storage.object_store import ObjectNotFound
+        from storage.objectstore.object_store import ObjectNotFound
         key = piece.key_prefix + ".log"
         position = 0
         if piece.start > piece.segment_start:

@@ -30,7 +30,7 @@ def local_root(url: str) -> str | None:
 
 class StoreClient:
     def __init__(self, url: str, options: dict):
-        from storage.object_store import open_object_store
+        from storage.objectstore.object_store import open_object_store
         root = local_root(url)
         if root is not None and not os.path.isdir(root):
             # opening a local store creates its directory: never do that for a reader with a mistyped URL

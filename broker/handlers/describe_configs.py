@@ -6,7 +6,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from broker.config import BROKER_DEFAULTS
 from protocol import kio_codec
-from storage.log_config import TOPIC_CONFIGS
+from storage.log.log_config import TOPIC_CONFIGS
 
 API_KEY = 32
 VERSIONS = (1, 4)

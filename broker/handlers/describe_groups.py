@@ -2,8 +2,8 @@
 An unknown group is reported as Dead (v0-5) or GROUP_ID_NOT_FOUND (v6+, KIP-1043)."""
 from __future__ import annotations
 
-from broker.classic_group import DEAD
-from broker.group_errors import GROUP_ID_NOT_FOUND
+from broker.groups.classic.group_metadata import DEAD
+from broker.groups.errors import GROUP_ID_NOT_FOUND
 from protocol import kio_codec
 
 API_KEY = 15

@@ -13,8 +13,8 @@ import uuid
 from broker.fetch_session import FetchSession, SessionPartition
 from protocol import kio_codec
 from protocol.wire import I16, I32, I64, array_len, string
-from storage.log import OffsetOutOfRangeError
-from storage.remote_log_metadata import RemoteStorageException
+from storage.log.log import OffsetOutOfRangeError
+from storage.tiered.remote_log_metadata import RemoteStorageException
 
 API_KEY = 1
 VERSIONS = (0, 16)

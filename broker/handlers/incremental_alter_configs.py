@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from broker.topic_admin import AdminError, validate_configs, validate_remote_storage
 from protocol import kio_codec
-from storage.log_config import TOPIC_CONFIGS
+from storage.log.log_config import TOPIC_CONFIGS
 
 API_KEY = 44
 VERSIONS = (0, 1)

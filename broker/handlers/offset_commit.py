@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 
-from broker.classic_group import DEFAULT_RETENTION_TIME
+from broker.groups.classic.group_metadata import DEFAULT_RETENTION_TIME
 from protocol import kio_codec
 
 API_KEY = 8

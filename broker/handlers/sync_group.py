@@ -1,8 +1,8 @@
 """SyncGroup (key 14): the leader's assignment completes the rebalance; followers park until it arrives."""
 from __future__ import annotations
 
-from broker.classic_group import SyncResult
-from broker.group_errors import INCONSISTENT_GROUP_PROTOCOL
+from broker.groups.classic.group_metadata import SyncResult
+from broker.groups.errors import INCONSISTENT_GROUP_PROTOCOL
 from protocol import kio_codec
 
 API_KEY = 14

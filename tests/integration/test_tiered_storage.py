@@ -24,7 +24,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from conftest import BrokerProcess, free_port
 from moto_server import MotoServer, moto_server, private_moto_server  # noqa: F401  (fixtures)
 from protocol.record_batch import build_batch
-from storage.object_store import list_all, open_object_store
+from storage.objectstore.object_store import list_all, open_object_store
 
 try:
     from .helpers import admin_client, consume, consumer, wait_until

@@ -1,7 +1,7 @@
 import pytest
 
 from broker.config import BrokerConfig, parse_properties
-from storage.log_config import LogConfig, TOPIC_CONFIGS, parse_value
+from storage.log.log_config import LogConfig, TOPIC_CONFIGS, parse_value
 
 
 def test_properties_file_and_overrides(tmp_path):

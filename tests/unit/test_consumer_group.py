@@ -6,11 +6,11 @@ import asyncio
 import uuid
 from types import SimpleNamespace
 
-from broker import consumer_group_state as cgs
+from broker.groups.consumer import state as cgs
 from broker.config import BrokerConfig
-from broker.consumer_group_assignors import range_assign, uniform_assign
-from broker.group_coordinator import GroupCoordinator
-from broker.replica_manager import ReplicaManager
+from broker.groups.consumer.assignors import range_assign, uniform_assign
+from broker.groups.classic.group_coordinator import GroupCoordinator
+from replication.replica_manager import ReplicaManager
 from metadata.topic_store import TopicStore
 
 T1, T2 = uuid.UUID(int=101), uuid.UUID(int=202)

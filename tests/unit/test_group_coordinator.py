@@ -11,9 +11,9 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from broker import group_coordinator as gcm
-from broker.classic_group import COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE, STABLE, parse_subscription_topics
-from broker.group_coordinator import GroupCoordinator
+from broker.groups.classic import group_coordinator as gcm
+from broker.groups.classic.group_metadata import COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE, STABLE, parse_subscription_topics
+from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import Request
 from protocol import kio_codec
 

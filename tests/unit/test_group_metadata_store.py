@@ -9,14 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker import group_metadata_store as gms
-from broker import group_records as gr
+from broker.groups import metadata_store as gms
+from broker.groups import records as gr
 from broker.config import BrokerConfig
-from broker.classic_group import EMPTY, STABLE
-from broker.group_coordinator import GroupCoordinator
-from broker.group_metadata_store import PartitionLoad
-from broker.group_records import ConsumerMemberValue, CurrentAssignmentValue, MemberMetadataValue, OffsetAndMetadata
-from broker.replica_manager import ReplicaManager
+from broker.groups.classic.group_metadata import EMPTY, STABLE
+from broker.groups.classic.group_coordinator import GroupCoordinator
+from broker.groups.metadata_store import PartitionLoad
+from broker.groups.records import ConsumerMemberValue, CurrentAssignmentValue, MemberMetadataValue, OffsetAndMetadata
+from replication.replica_manager import ReplicaManager
 from metadata.topic_store import TopicStore
 from protocol.record_batch import read_header
 from protocol.records import build_records_batch, iter_all_records

@@ -1,4 +1,4 @@
-"""storage.log.Log: appends, reads, rolling, timestamps, retention, DeleteRecords, clean close/reopen."""
+"""storage.log.log.Log: appends, reads, rolling, timestamps, retention, DeleteRecords, clean close/reopen."""
 from __future__ import annotations
 
 import gc
@@ -11,9 +11,9 @@ from protocol.record_batch import (
     TIMESTAMP_TYPE_BIT, build_batch, compute_crc, read_header, split_and_validate,
 )
 from protocol.records import Record, build_records_batch, iter_all_records
-from storage.log import Log, OffsetOutOfRangeError
-from storage.log_config import LogConfig
-from storage.log_segment import LogSegment
+from storage.log.log import Log, OffsetOutOfRangeError
+from storage.log.log_config import LogConfig
+from storage.log.log_segment import LogSegment
 
 
 class Clock:

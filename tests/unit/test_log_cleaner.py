@@ -1,4 +1,4 @@
-"""storage.log_cleaner: compaction of Log segments (Kafka's LogCleaner semantics), crash safety of the swap."""
+"""storage.cleaner.log_cleaner: compaction of Log segments (Kafka's LogCleaner semantics), crash safety of the swap."""
 from __future__ import annotations
 
 import asyncio
@@ -10,13 +10,13 @@ import pytest
 from protocol import compression
 from protocol.record_batch import build_batch, read_header, split_and_validate
 from protocol.records import Record, build_records_batch, has_null_key, iter_all_records, iter_records
-from storage import cleaner
-from storage.cleaned_segment import complete_interrupted_swaps
-from storage.cleaner import DELETE_HORIZON_BIT, CleanerConfig, OffsetMap
-from storage.log import Log
-from storage.log_cleaner import CHECKPOINT_FILE, LogCleaner, read_checkpoint
-from storage.log_config import TOPIC_CONFIGS, LogConfig, parse_value
-from storage.log_segment import LogSegment
+from storage.cleaner import cleaner
+from storage.cleaner.cleaned_segment import complete_interrupted_swaps
+from storage.cleaner.cleaner import DELETE_HORIZON_BIT, CleanerConfig, OffsetMap
+from storage.log.log import Log
+from storage.cleaner.log_cleaner import CHECKPOINT_FILE, LogCleaner, read_checkpoint
+from storage.log.log_config import TOPIC_CONFIGS, LogConfig, parse_value
+from storage.log.log_segment import LogSegment
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000

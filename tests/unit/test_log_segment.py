@@ -1,4 +1,4 @@
-"""storage.log_segment, storage.offset_index and storage.time_index on real files."""
+"""storage.log.log_segment, storage.log.offset_index and storage.log.time_index on real files."""
 from __future__ import annotations
 
 import os
@@ -10,10 +10,10 @@ import pytest
 from protocol import compression
 from protocol.record_batch import assign_offset, build_batch, read_header, set_log_append_time, split_and_validate
 from protocol.records import Record, build_records_batch, iter_records
-from storage.log_config import LogConfig
-from storage.log_segment import LogSegment, record_timestamps
-from storage.offset_index import OffsetIndex
-from storage.time_index import TimeIndex
+from storage.log.log_config import LogConfig
+from storage.log.log_segment import LogSegment, record_timestamps
+from storage.log.offset_index import OffsetIndex
+from storage.log.time_index import TimeIndex
 
 
 # ---- offset index -------------------------------------------------------------------------------------------

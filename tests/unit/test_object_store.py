@@ -21,11 +21,11 @@ import pytest
 from moto_server import (  # noqa: F401  (moto_server, private_moto_server are fixtures)
     MotoServer, client_error, inject_faults, moto_server, private_moto_server,
 )
-from storage.local_object_store import LocalObjectStore
-from storage.object_store import (
+from storage.objectstore.local import LocalObjectStore
+from storage.objectstore.object_store import (
     ObjectNotFound, ObjectStore, ObjectStoreError, PreconditionFailed, list_all, open_object_store,
 )
-from storage.s3_object_store import MiB, S3ObjectStore
+from storage.objectstore.s3 import MiB, S3ObjectStore
 
 ROOT = Path(__file__).resolve().parents[2]
 S3_TEST_OPTIONS = {"max_attempts": 3, "retry_base_delay": 0.01, "multipart_threshold": 5 * MiB, "part_size": 5 * MiB}
@@ -215,8 +215,8 @@ async def test_closed_store_refuses_calls(make_store):
 
 CROSS_PROCESS_WORKER = textwrap.dedent("""
     import asyncio, sys
-    from storage.local_object_store import LocalObjectStore
-    from storage.object_store import PreconditionFailed
+    from storage.objectstore.local import LocalObjectStore
+    from storage.objectstore.object_store import PreconditionFailed
 
     async def main(root, name, increments):
         store = LocalObjectStore(root)

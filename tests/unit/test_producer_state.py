@@ -8,9 +8,9 @@ import pytest
 
 from protocol.record_batch import build_batch, split_and_validate
 from protocol.records import iter_all_records
-from storage.log import Log
-from storage.log_config import LogConfig
-from storage.producer_state import ProducerStateManager, in_sequence
+from storage.log.log import Log
+from storage.log.log_config import LogConfig
+from storage.log.producer_state import ProducerStateManager, in_sequence
 
 PID = 4242
 

@@ -1,4 +1,4 @@
-"""storage.remote_log_manager with a real ReplicaManager, logs and local object store, one task round at a time:
+"""storage.tiered.remote_log_manager with a real ReplicaManager, logs and local object store, one task round at a time:
 copy order and bounds, failed-copy cleanup, retries of stuck deletions, orphans after a restart, local retention
 gated on the remote tier, remote reads (bounds, mid-segment, min-one-message), timestamp lookups and the Log hooks."""
 from __future__ import annotations
@@ -8,15 +8,15 @@ import asyncio
 import pytest
 
 from broker.config import BrokerConfig
-from broker.replica_manager import ReplicaManager
+from replication.replica_manager import ReplicaManager
 from metadata.topic_store import TopicStore
 from protocol.record_batch import build_batch, split_and_validate
 from protocol.records import iter_all_records
-from storage.log import Log, OffsetOutOfRangeError
-from storage.log_config import LogConfig
-from storage.object_store import ObjectStoreError, list_all
-from storage.remote_log_manager import RemoteLogManager
-from storage.remote_log_metadata import (
+from storage.log.log import Log, OffsetOutOfRangeError
+from storage.log.log_config import LogConfig
+from storage.objectstore.object_store import ObjectStoreError, list_all
+from storage.tiered.remote_log_manager import RemoteLogManager
+from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState as S, RemoteStorageException,
 )
 
@@ -187,7 +187,7 @@ async def test_stuck_delete_and_orphaned_copy_are_retried(tmp_path):
 
 
 def orphan_prefix(md):
-    from storage.remote_storage_manager import segment_key_prefix
+    from storage.tiered.remote_storage_manager import segment_key_prefix
     return segment_key_prefix(md)
 
 

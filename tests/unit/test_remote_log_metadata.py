@@ -1,4 +1,4 @@
-"""storage.remote_log_metadata: Kafka's metadata records (byte format), the partitioner, the segment state machine, the
+"""storage.tiered.remote_log_metadata: Kafka's metadata records (byte format), the partitioner, the segment state machine, the
 per-partition cache lookups, and the topic-based manager rebuilding its view from `__remote_log_metadata`."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from broker.config import BrokerConfig
-from broker.replica_manager import ReplicaManager
+from replication.replica_manager import ReplicaManager
 from metadata.topic_store import TopicStore
-from storage.remote_log_metadata import (
+from storage.tiered.remote_log_metadata import (
     REMOTE_LOG_METADATA_TOPIC, RemoteLogMetadataCache, RemoteLogSegmentId, RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState as S, RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState as P, TopicBasedRemoteLogMetadataManager, TopicIdPartition, deserialize,

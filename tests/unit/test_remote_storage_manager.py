@@ -1,4 +1,4 @@
-"""storage.remote_storage_manager on both object stores: the key layout, copy of a real closed segment with its indexes,
+"""storage.tiered.remote_storage_manager on both object stores: the key layout, copy of a real closed segment with its indexes,
 ranged segment reads, index fetches, idempotent deletes, and errors as RemoteStorageException."""
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import pytest
 
 from moto_server import MotoServer, moto_server  # noqa: F401  (fixture)
 from protocol.record_batch import build_batch, split_and_validate
-from storage.log import Log
-from storage.log_config import LogConfig
-from storage.object_store import list_all, open_object_store
-from storage.remote_log_metadata import (
+from storage.log.log import Log
+from storage.log.log_config import LogConfig
+from storage.objectstore.object_store import list_all, open_object_store
+from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteResourceNotFoundException, RemoteStorageException,
     TopicIdPartition, kafka_uuid,
 )
-from storage.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageManager, segment_key_prefix
+from storage.tiered.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageManager, segment_key_prefix
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])

@@ -1,9 +1,9 @@
-"""storage.leader_epoch.LeaderEpochFileCache: Kafka checkpoint format and OffsetsForLeaderEpoch semantics."""
+"""storage.log.leader_epoch.LeaderEpochFileCache: Kafka checkpoint format and OffsetsForLeaderEpoch semantics."""
 from __future__ import annotations
 
 import pytest
 
-from storage.leader_epoch import LeaderEpochFileCache
+from storage.log.leader_epoch import LeaderEpochFileCache
 
 
 def test_assign_and_checkpoint_format(tmp_path):

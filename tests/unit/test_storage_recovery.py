@@ -1,4 +1,4 @@
-"""Crash recovery of storage.log.Log: torn tails, garbage, bad CRCs, damaged indexes, real kill -9."""
+"""Crash recovery of storage.log.log.Log: torn tails, garbage, bad CRCs, damaged indexes, real kill -9."""
 from __future__ import annotations
 
 import gc
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from protocol.record_batch import build_batch, read_header, split_and_validate
 from protocol.records import iter_all_records
-from storage.log import Log
-from storage.log_config import LogConfig
+from storage.log.log import Log
+from storage.log.log_config import LogConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = LogConfig(segment_bytes=1500, index_interval_bytes=100)
@@ -234,8 +234,8 @@ def test_real_kill_9(tmp_path):
         import os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
         from protocol.record_batch import build_batch, split_and_validate
-        from storage.log import Log
-        from storage.log_config import LogConfig
+        from storage.log.log import Log
+        from storage.log.log_config import LogConfig
         log = Log({str(d)!r}, LogConfig(segment_bytes=5000, index_interval_bytes=200))
         for i in range(300):
             b = bytearray(build_batch([(None, b"m%d" % i)], timestamp_ms=i, producer_id=1, producer_epoch=0,

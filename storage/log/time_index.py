@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import struct
 
-from storage.offset_index import AbstractIndex
+from storage.log.offset_index import AbstractIndex
 
 NO_TIMESTAMP = -1
 

@@ -16,9 +16,9 @@ import struct
 import time
 from collections.abc import Mapping
 
-from broker.classic_group import EMPTY, STABLE, GroupMetadata, MemberMetadata
+from broker.groups.classic.group_metadata import EMPTY, STABLE, GroupMetadata, MemberMetadata
 from broker.config import setting
-from broker.group_records import (
+from broker.groups.records import (
     CONSUMER_GROUP_METADATA, CONSUMER_GROUP_PARTITION_METADATA, GROUP_METADATA, OFFSET_COMMIT, OFFSET_COMMIT_V0,
     CorruptGroupRecord, GroupMetadataValue, OffsetAndMetadata, RecordKey, decode_consumer_group_value,
     decode_group_metadata_value, decode_key, decode_offset_commit_value, encode_group_metadata_value,

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Callable
 
 from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, set_log_append_time
-from storage.cleaned_segment import complete_interrupted_swaps
-from storage.leader_epoch import LeaderEpochFileCache, fsync_dir, write_atomically
-from storage.log_config import LogConfig
-from storage.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
-from storage.producer_state import ProducerAppendInfo, ProducerStateManager
+from storage.cleaner.cleaned_segment import complete_interrupted_swaps
+from storage.log.leader_epoch import LeaderEpochFileCache, fsync_dir, write_atomically
+from storage.log.log_config import LogConfig
+from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
+from storage.log.producer_state import ProducerAppendInfo, ProducerStateManager
 
 LOG_START_OFFSET_FILE = "log-start-offset"
 RECORD_LIST_TOO_LARGE = 18

@@ -45,9 +45,9 @@ from protocol.record_batch import (
     read_header,
 )
 from protocol.records import CorruptRecordError, _varint, scan_records
-from storage.cleaned_segment import SWAP_SUFFIX, _CleanedSegment
-from storage.leader_epoch import fsync_dir
-from storage.log_segment import INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment, file_name
+from storage.cleaner.cleaned_segment import SWAP_SUFFIX, _CleanedSegment
+from storage.log.leader_epoch import fsync_dir
+from storage.log.log_segment import INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment, file_name
 
 # Broker settings with Kafka's names and defaults (broker.config.BROKER_DEFAULTS includes them).
 CLEANER_DEFAULTS: dict[str, str] = {
@@ -188,7 +188,7 @@ class CleanerStats:
 class LogToClean:
     """One candidate log (Kafka's LogToClean): its clean and cleanable bytes and offsets."""
     name: str
-    log: object                      # storage.log.Log
+    log: object                      # storage.log.log.Log
     first_dirty_offset: int
     first_uncleanable_offset: int    # base offset of the first segment that may not be cleaned
     clean_bytes: int

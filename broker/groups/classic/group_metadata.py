@@ -11,8 +11,8 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from broker.group_errors import FENCED_INSTANCE_ID, NONE, REBALANCE_IN_PROGRESS
-from broker.group_records import OffsetAndMetadata
+from broker.groups.errors import FENCED_INSTANCE_ID, NONE, REBALANCE_IN_PROGRESS
+from broker.groups.records import OffsetAndMetadata
 
 log = logging.getLogger("strata.groups")
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 
-from broker.classic_group import (COMPLETING_REBALANCE, CONSUMER_PROTOCOL_TYPE, DEAD, DEFAULT_RETENTION_TIME, EMPTY,
+from broker.groups.classic.group_metadata import (COMPLETING_REBALANCE, CONSUMER_PROTOCOL_TYPE, DEAD, DEFAULT_RETENTION_TIME, EMPTY,
                                   PREPARING_REBALANCE, STABLE, UNKNOWN_MEMBER, GroupMetadata, GroupOverview,
                                   GroupSummary)
-from broker.group_errors import (COORDINATOR_NOT_AVAILABLE, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC,
+from broker.groups.errors import (COORDINATOR_NOT_AVAILABLE, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC,
                                  ILLEGAL_GENERATION, INVALID_GROUP_ID, NONE, NON_EMPTY_GROUP,
                                  OFFSET_METADATA_TOO_LARGE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID)
-from broker.group_records import OffsetAndMetadata
+from broker.groups.records import OffsetAndMetadata
 
 log = logging.getLogger("strata.groups")
 

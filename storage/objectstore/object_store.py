@@ -134,7 +134,7 @@ def open_object_store(url: str, **options) -> ObjectStore:
     options = _coerce(options)
     parts = urlsplit(url)
     if parts.scheme == "file":
-        from storage.local_object_store import LocalObjectStore
+        from storage.objectstore.local import LocalObjectStore
         host, path = parts.netloc, unquote(parts.path)
         if host in ("", "localhost"):
             root = path
@@ -144,7 +144,7 @@ def open_object_store(url: str, **options) -> ObjectStore:
             raise ValueError(f"object store URL has no path: {url!r}")
         return LocalObjectStore(root, **{k: v for k, v in options.items() if k in _LOCAL_OPTIONS})
     if parts.scheme == "s3":
-        from storage.s3_object_store import S3ObjectStore
+        from storage.objectstore.s3 import S3ObjectStore
         if not parts.netloc:
             raise ValueError(f"object store URL has no bucket: {url!r}")
         return S3ObjectStore(parts.netloc, unquote(parts.path),

@@ -1,4 +1,5 @@
-"""The protocol server: asyncio (uvloop) connections, 4-byte framing, request headers, in-order pipelined replies."""
+"""The socket server: asyncio (uvloop) connections, 4-byte framing, request headers, dispatch to the handler of each
+API key, in-order pipelined replies. It knows nothing of partitions or groups: handlers get the broker object."""
 from __future__ import annotations
 
 import asyncio
@@ -8,11 +9,7 @@ import logging
 import socket
 from collections import deque
 
-from broker.fetch_session import FetchSessionCache
-from broker.group_coordinator import GroupCoordinator
-from broker.handlers import Request, api_versions, load_handlers
-from broker.replica_manager import ReplicaManager
-from metadata.topic_store import TopicStore
+from broker.handlers import Request, api_versions
 from protocol import kio_codec
 from protocol.wire import HEADER_FIXED, I32, MalformedRequest, read_i16, skip_tagged_fields
 
@@ -29,70 +26,10 @@ def _flexible(api_key: int, version: int) -> bool:
         return False  # versions kio has no schema for (e.g. Produce v0-2) predate flexible encoding
 
 
-class Broker:
-    """Everything a handler needs: config, topics, partitions, fetch sessions."""
-
-    def __init__(self, config):
-        self.config = config
-        self.node_id = config.node_id
-        self.cluster_id = config.cluster_id()
-        self.handlers = load_handlers()
-        self.topics = TopicStore(config.log_dir)
-        self.replicas = ReplicaManager(config, self.topics)
-        # Tiered storage (KIP-405) and the Prometheus endpoint (metrics.port, -1 = off)
-        from prometheus_client import CollectorRegistry
-        self.metrics_registry = CollectorRegistry()
-        self._metrics_server = None
-        self.remote_log_manager = None
-        if config.get_bool("remote.log.storage.system.enable"):
-            from storage.remote_log_manager import RemoteLogManager
-            self.remote_log_manager = RemoteLogManager(config, self.replicas, self.topics,
-                                                       registry=self.metrics_registry)
-            self.replicas.remote_log_manager = self.remote_log_manager
-        self.groups = GroupCoordinator(config, replicas=self.replicas)
-        self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
-        self.max_request_size = config.get_int("socket.request.max.bytes")
-        self.connections: set[KafkaConnection] = set()
-        self._server: asyncio.AbstractServer | None = None
-
-    async def start(self) -> None:
-        self.replicas.startup()
-        if self.remote_log_manager is not None:
-            self.remote_log_manager.startup()
-        self.replicas.start_background()
-        if self.remote_log_manager is not None:
-            self.remote_log_manager.start_background()
-        metrics_port = self.config.get_int("metrics.port")
-        if metrics_port >= 0:
-            from prometheus_client import start_http_server
-            self._metrics_server, _ = start_http_server(metrics_port, addr=self.config.listener[0],
-                                                        registry=self.metrics_registry)
-            log.info("metrics on http://%s:%d/metrics", self.config.listener[0], self._metrics_server.server_port)
-        self.groups.start()
-        host, port = self.config.listener
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
-                                                backlog=1024)
-        log.info("Strata broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
-
-    async def stop(self) -> None:
-        self.groups.stop()
-        if self._server is not None:
-            self._server.close()
-        for conn in list(self.connections):
-            conn.transport.close()
-        if self.remote_log_manager is not None:
-            await self.remote_log_manager.stop()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-        self.replicas.shutdown()
-
-
 class KafkaConnection(asyncio.Protocol):
     __slots__ = ("broker", "transport", "size_buf", "frame", "filled", "queue", "peer", "client_host", "paused", "closed")
 
-    def __init__(self, broker: Broker):
+    def __init__(self, broker):
         self.broker = broker
         self.size_buf = bytearray()         # a frame's 4-byte size when it is split across reads
         self.frame: bytearray | None = None  # the frame being filled, when it spans reads

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from storage.object_store import ObjectNotFound, ObjectStore, ObjectStoreError
-from storage.remote_log_metadata import (
+from storage.objectstore.object_store import ObjectNotFound, ObjectStore, ObjectStoreError
+from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentMetadata, RemoteResourceNotFoundException, RemoteStorageException, kafka_uuid,
 )
 

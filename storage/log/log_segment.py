@@ -22,8 +22,8 @@ from typing import Callable, Iterator
 from protocol.record_batch import (
     HEADER_SIZE, LOG_OVERHEAD, BatchHeader, compute_crc, iter_batches, read_header,
 )
-from storage.offset_index import OffsetIndex
-from storage.time_index import NO_TIMESTAMP, TimeIndex
+from storage.log.offset_index import OffsetIndex
+from storage.log.time_index import NO_TIMESTAMP, TimeIndex
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX = ".log", ".index", ".timeindex", ".txnindex"
 

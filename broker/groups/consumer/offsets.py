@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import logging
 
-from broker import group_metadata_store as gms
-from broker import group_records as gr
-from broker.consumer_group_state import UNREVOKED_PARTITIONS, ConsumerGroup
-from broker.group_errors import (GROUP_SUBSCRIBED_TO_TOPIC, NONE, NON_EMPTY_GROUP, OFFSET_METADATA_TOO_LARGE,
+from broker.groups import metadata_store as gms
+from broker.groups import records as gr
+from broker.groups.consumer.state import UNREVOKED_PARTITIONS, ConsumerGroup
+from broker.groups.errors import (GROUP_SUBSCRIBED_TO_TOPIC, NONE, NON_EMPTY_GROUP, OFFSET_METADATA_TOO_LARGE,
                                  STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION)
-from broker.group_records import (CONSUMER_GROUP_METADATA, CONSUMER_GROUP_PARTITION_METADATA,
+from broker.groups.records import (CONSUMER_GROUP_METADATA, CONSUMER_GROUP_PARTITION_METADATA,
                                   CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, OffsetAndMetadata)
 
 log = logging.getLogger("strata.groups.consumer")

@@ -39,19 +39,19 @@ import logging
 import time
 import uuid
 
-from broker import group_metadata_store as gms
-from broker.classic_group import (COMPLETING_REBALANCE, DEAD, EMPTY, NEW_MEMBER_JOIN_TIMEOUT_MS, PREPARING_REBALANCE,
+from broker.groups import metadata_store as gms
+from broker.groups.classic.group_metadata import (COMPLETING_REBALANCE, DEAD, EMPTY, NEW_MEMBER_JOIN_TIMEOUT_MS, PREPARING_REBALANCE,
                                   STABLE, UNKNOWN_MEMBER, GroupMetadata, IllegalStateError, JoinResult,
                                   MemberMetadata, SyncResult, _DelayedJoin)
 from broker.config import setting
-from broker.consumer_group import ConsumerGroupCoordinator
-from broker.group_errors import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID,
+from broker.groups.consumer.consumer_group import ConsumerGroupCoordinator
+from broker.groups.errors import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID,
                                  GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
                                  INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NONE, NOT_COORDINATOR,
                                  REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID)
-from broker.group_metadata_store import GroupMetadataStore
-from broker.group_offsets import GroupOffsetsAndAdmin
-from broker.group_records import OffsetAndMetadata
+from broker.groups.metadata_store import GroupMetadataStore
+from broker.groups.classic.group_offsets import GroupOffsetsAndAdmin
+from broker.groups.records import OffsetAndMetadata
 
 log = logging.getLogger("strata.groups")
 

@@ -38,9 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from storage.cleaner import (LONG_MAX, _MB, Cleaner, CleanerConfig, CleanerStats, CleaningTask, LogToClean, _Aborted,
+from storage.cleaner.cleaner import (LONG_MAX, _MB, Cleaner, CleanerConfig, CleanerStats, CleaningTask, LogToClean, _Aborted,
                              _LogChanged)
-from storage.leader_epoch import write_atomically
+from storage.log.leader_epoch import write_atomically
 
 log = logging.getLogger("strata.log_cleaner")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import crc32c
 
 from protocol.record_batch import BatchHeader
-from storage.leader_epoch import write_atomically
+from storage.log.leader_epoch import write_atomically
 
 SNAPSHOT_SUFFIX = ".snapshot"
 NUM_BATCHES_TO_RETAIN = 5

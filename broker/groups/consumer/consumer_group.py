@@ -35,18 +35,18 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from broker import group_metadata_store as gms
-from broker import group_records as gr
+from broker.groups import metadata_store as gms
+from broker.groups import records as gr
 from broker.config import setting
-from broker.consumer_group_assignors import ASSIGNORS
-from broker.consumer_group_offsets import ConsumerGroupOffsets
-from broker.consumer_group_state import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, STABLE,
+from broker.groups.consumer.assignors import ASSIGNORS
+from broker.groups.consumer.offsets import ConsumerGroupOffsets
+from broker.groups.consumer.state import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, STABLE,
                                          UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, Assignment, ConsumerGroup,
                                          ConsumerGroupMember)
-from broker.group_errors import (FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED,
+from broker.groups.errors import (FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED,
                                  INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, NONE, UNKNOWN_MEMBER_ID,
                                  UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR)
-from broker.group_records import (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CONSUMER_GROUP_MEMBER_METADATA,
+from broker.groups.records import (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CONSUMER_GROUP_MEMBER_METADATA,
                                   CONSUMER_GROUP_METADATA, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
                                   CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, RecordKey)
 

@@ -18,10 +18,10 @@ from collections import OrderedDict
 from typing import Callable
 
 from protocol.record_batch import HEADER_SIZE, read_header
-from storage.log import OffsetOutOfRangeError
-from storage.log_segment import record_timestamps
-from storage.remote_log_metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageException
-from storage.remote_storage_manager import IndexType
+from storage.log.log import OffsetOutOfRangeError
+from storage.log.log_segment import record_timestamps
+from storage.tiered.remote_log_metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageException
+from storage.tiered.remote_storage_manager import IndexType
 
 S = RemoteLogSegmentState
 _OFFSET_ENTRY = struct.Struct(">II")

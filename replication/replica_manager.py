@@ -12,8 +12,8 @@ from pathlib import Path
 
 from metadata.topic_store import TopicInfo, TopicStore
 from protocol.record_batch import split_and_validate
-from storage.log import Log
-from storage.log_cleaner import LogCleaner
+from storage.log.log import Log
+from storage.cleaner.log_cleaner import LogCleaner
 
 log = logging.getLogger("strata.replica_manager")
 
@@ -45,7 +45,7 @@ class ReplicaManager:
         self.log_dir: Path = config.log_dir
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._tasks: list[asyncio.Task] = []
-        self.remote_log_manager = None    # storage.remote_log_manager.RemoteLogManager when tiered storage is on
+        self.remote_log_manager = None    # storage.tiered.remote_log_manager.RemoteLogManager when tiered storage is on
         self.cleaner: LogCleaner | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ coordinator (broker/consumer_group.py), which picks one per group by name from A
 """
 from __future__ import annotations
 
-from broker.consumer_group_state import Assignment
+from broker.groups.consumer.state import Assignment
 
 
 def uniform_assign(subscriptions: dict[str, set], topics: dict,

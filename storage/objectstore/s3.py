@@ -33,7 +33,7 @@ import botocore.exceptions as bce
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
-from storage.object_store import (
+from storage.objectstore.object_store import (
     ObjectInfo, ObjectNotFound, ObjectStoreError, PreconditionFailed, check_range, validate_key,
 )
 

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
-from storage.object_store import (
+from storage.objectstore.object_store import (
     RESERVED_TOP_LEVEL, ObjectInfo, ObjectNotFound, ObjectStoreError, PreconditionFailed, check_range,
     validate_key,
 )

@@ -27,13 +27,13 @@ from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from storage.object_store import open_object_store
-from storage.remote_log_metadata import (
+from storage.objectstore.object_store import open_object_store
+from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, RemotePartitionDeleteState,
     RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
 )
-from storage.remote_log_reader import RemoteLogReader, _LruFutures
-from storage.remote_storage_manager import LogSegmentData, RemoteStorageManager
+from storage.tiered.remote_log_reader import RemoteLogReader, _LruFutures
+from storage.tiered.remote_storage_manager import LogSegmentData, RemoteStorageManager
 
 log = logging.getLogger("strata.remote_log_manager")
 
@@ -97,7 +97,7 @@ class RemoteStorageMetrics:
 @dataclass(eq=False)
 class _PartitionTask:
     tip: TopicIdPartition
-    part: object                                   # broker.replica_manager.Partition
+    part: object                                   # replication.replica_manager.Partition
     task: asyncio.Task | None = None
     copying: RemoteLogSegmentMetadata | None = None
     stopped: bool = False

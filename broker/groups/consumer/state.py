@@ -10,7 +10,7 @@ import copy
 import uuid
 from dataclasses import dataclass
 
-from broker.group_records import (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CONSUMER_GROUP_MEMBER_METADATA,
+from broker.groups.records import (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CONSUMER_GROUP_MEMBER_METADATA,
                                   CONSUMER_GROUP_METADATA, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
                                   CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, ConsumerMemberValue,
                                   CurrentAssignmentValue, OffsetAndMetadata, RecordKey)
