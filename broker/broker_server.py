@@ -10,6 +10,7 @@ from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import load_handlers
 from broker.socket_server import KafkaConnection
 from metadata.topic_store import TopicStore
+from replication.internal_topics import InternalTopics
 from replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("strata.server")
@@ -24,7 +25,7 @@ class Broker:
         self.cluster_id = config.cluster_id()
         self.handlers = load_handlers()
         self.topics = TopicStore(config.log_dir)
-        self.replicas = ReplicaManager(config, self.topics)
+        self.replicas = ReplicaManager(config, self.topics, create_topic=self._create_topic_in_store)
         # Tiered storage (KIP-405) and the Prometheus endpoint (metrics.port, -1 = off)
         from prometheus_client import CollectorRegistry
         self.metrics_registry = CollectorRegistry()
@@ -32,7 +33,7 @@ class Broker:
         self.remote_log_manager = None
         if config.get_bool("remote.log.storage.system.enable"):
             from storage.tiered.remote_log_manager import RemoteLogManager
-            self.remote_log_manager = RemoteLogManager(config, self.replicas, self.topics,
+            self.remote_log_manager = RemoteLogManager(config, self.replicas, InternalTopics(self.replicas),
                                                        registry=self.metrics_registry)
             self.replicas.remote_log_manager = self.remote_log_manager
         self.groups = GroupCoordinator(config, replicas=self.replicas)
@@ -40,6 +41,11 @@ class Broker:
         self.max_request_size = config.get_int("socket.request.max.bytes")
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.AbstractServer | None = None
+
+    def _create_topic_in_store(self, name: str, partitions: int, configs: dict[str, str]):
+        info = self.topics.create(name, partitions, configs)
+        self.replicas.add_partitions(info, 0)
+        return info
 
     async def start(self) -> None:
         self.replicas.startup()

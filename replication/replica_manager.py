@@ -1,6 +1,9 @@
-"""Partitions hosted by this broker: their logs, appends, reads, fetch long-poll wake-ups, and log housekeeping.
+"""Partitions hosted by this broker (Kafka's ReplicaManager): opening their logs, the Partition objects handlers
+use, fetch long-poll wake-ups, and log housekeeping (retention, flush.ms, the log cleaner).
 
-Named after Kafka's ReplicaManager. On a single broker this node leads every partition at leader epoch 0.
+The metadata publisher (broker/metadata_publisher.py) tells it which partitions exist; storage components see it
+only through narrow interfaces: the RemoteLogManager through `leader_logs`/`leader_log`/`topic_id`, the log cleaner
+through a function listing logs, and the internal-topic users through replication/internal_topics.py.
 """
 from __future__ import annotations
 
@@ -8,44 +11,31 @@ import asyncio
 import logging
 import shutil
 import time
+import uuid
 from pathlib import Path
+from typing import Callable, Iterable
 
-from metadata.topic_store import TopicInfo, TopicStore
-from protocol.record_batch import split_and_validate
-from storage.log.log import Log
+from replication.partition import Partition
 from storage.cleaner.log_cleaner import LogCleaner
+from storage.log.log import Log
 
 log = logging.getLogger("strata.replica_manager")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 
-class Partition:
-    __slots__ = ("topic", "index", "log", "leader_epoch", "waiters")
-
-    def __init__(self, topic: str, index: int, plog: Log, leader_epoch: int = 0):
-        self.topic = topic
-        self.index = index
-        self.log = plog
-        self.leader_epoch = leader_epoch
-        self.waiters: list[asyncio.Future] = []
-
-    def wake_waiters(self) -> None:
-        if self.waiters:
-            for fut in self.waiters:
-                if not fut.done():
-                    fut.set_result(None)
-            self.waiters.clear()
-
-
 class ReplicaManager:
-    def __init__(self, config, topics: TopicStore):
+    def __init__(self, config, topics, *, create_topic: Callable | None = None):
+        """`topics` answers topics()/get(name) from the current metadata image; `create_topic(name, partitions,
+        configs)` creates an internal topic through the controller and returns its image."""
         self.config = config
         self.topics = topics
+        self.local_broker_id = config.node_id
+        self.create_topic = create_topic
         self.log_dir: Path = config.log_dir
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._tasks: list[asyncio.Task] = []
-        self.remote_log_manager = None    # storage.tiered.remote_log_manager.RemoteLogManager when tiered storage is on
+        self.remote_log_manager = None    # storage.tiered.remote_log_manager.RemoteLogManager when tiering is on
         self.cleaner: LogCleaner | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -66,8 +56,8 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._flush_loop()))
-        if self.config.get_bool("log.cleaner.enable"):     # log compaction: storage/log_cleaner.py
-            self.cleaner = LogCleaner(self.config, self)
+        if self.config.get_bool("log.cleaner.enable"):     # log compaction: storage/cleaner/
+            self.cleaner = LogCleaner(self.config, logs=self._named_logs)
             self.cleaner.start()
 
     def shutdown(self) -> None:
@@ -81,25 +71,25 @@ class ReplicaManager:
         log.info("logs closed cleanly")
 
     # ---- partitions ------------------------------------------------------------------------------------------
-    def _open(self, t: TopicInfo, p: int, clean: bool = False) -> Partition:
+    def _open(self, t, p: int, clean: bool = False) -> Partition:
         cfg = self.config.log_config(t.configs)
         rlm = self.remote_log_manager
         plog = Log(self.log_dir / f"{t.name}-{p}", cfg, clean_shutdown=clean,
                    remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg))
-        part = Partition(t.name, p, plog)
+        part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm)
         self.partitions[(t.name, p)] = part
         return part
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
-    def add_partitions(self, t: TopicInfo, old_count: int) -> None:
+    def add_partitions(self, t, old_count: int) -> None:
         for p in range(old_count, t.partitions):
             self._open(t, p)
         if self.remote_log_manager is not None:
             self.remote_log_manager.on_topic_created(t)
 
-    def delete_topic(self, t: TopicInfo) -> None:
+    def delete_topic(self, t) -> None:
         if self.remote_log_manager is not None:
             self.remote_log_manager.on_topic_deleted(t)     # stop tiering, delete the remote data in the background
         for p in range(t.partitions):
@@ -109,7 +99,7 @@ class ReplicaManager:
                 part.log.delete()
             shutil.rmtree(self.log_dir / f"{t.name}-{p}", ignore_errors=True)
 
-    def reconfigure(self, t: TopicInfo) -> None:
+    def reconfigure(self, t) -> None:
         cfg = self.config.log_config(t.configs)
         for p in range(t.partitions):
             part = self.partitions.get((t.name, p))
@@ -118,32 +108,33 @@ class ReplicaManager:
         if self.remote_log_manager is not None:
             self.remote_log_manager.on_config_changed(t)
 
-    # ---- data path -------------------------------------------------------------------------------------------
-    def append(self, part: Partition, records, headers):
-        result = part.log.append_as_leader(records, headers, part.leader_epoch)
-        if result.error_code == 0 and not result.duplicate:
-            part.wake_waiters()
-        return result
-
-    def append_internal(self, topic: str, index: int, batch: bytes):
-        """Append a batch the broker built itself (internal topics such as __consumer_offsets)."""
-        part = self.partitions[(topic, index)]
-        buf = bytearray(batch)
-        headers = split_and_validate(buf, max(part.log.config.max_message_bytes, len(buf)))
-        result = self.append(part, buf, headers)
-        if result.error_code:
-            raise OSError(f"append to {topic}-{index} failed with error {result.error_code}: {result.error_message}")
-        return result
-
-    def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
-        """Create an internal topic at start-up if it does not exist yet (as Kafka does on first use)."""
+    def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str]):
+        """An internal topic, created through the controller on first use (as Kafka does); returns its image."""
         info = self.topics.get(name)
         if info is None:
-            info = self.topics.create(name, partitions, configs)
-            self.add_partitions(info, 0)
-            log.info("created internal topic %s with %d partitions", name, partitions)
+            if self.create_topic is None:
+                raise RuntimeError(f"internal topic {name} does not exist and no controller can create it")
+            info = self.create_topic(name, partitions, configs)
+            log.info("created internal topic %s with %d partitions", name, info.partitions)
         return info
 
+    # ---- what storage components may see (narrow interfaces) -------------------------------------------------
+    def leader_logs(self) -> Iterable[tuple[str, int, Log]]:
+        """(topic, partition, log) of every partition this broker leads."""
+        return [(t, p, part.log) for (t, p), part in list(self.partitions.items())]
+
+    def leader_log(self, topic: str, partition: int) -> Log | None:
+        part = self.partitions.get((topic, partition))
+        return part.log if part is not None else None
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        info = self.topics.get(topic)
+        return info.uuid if info is not None else None
+
+    def _named_logs(self) -> list[tuple[str, Log]]:
+        return [(f"{t}-{p}", lg) for t, p, lg in self.leader_logs()]
+
+    # ---- fetch long-poll -------------------------------------------------------------------------------------
     async def wait_for_data(self, parts: list[Partition], timeout_s: float) -> None:
         """Park a Fetch until any of `parts` gets an append, or the timeout passes."""
         if timeout_s <= 0 or not parts:

@@ -4,7 +4,7 @@ the record formats themselves are broker/group_records.py.
 The group -> partition mapping is Kafka's `Utils.abs(groupId.hashCode()) % partitions` with Java's String.hashCode
 (UTF-16 code units, int32 wrap-around) and Kafka's Utils.abs (Math.abs, except Integer.MIN_VALUE -> 0).
 
-`GroupMetadataStore` appends batches through ReplicaManager.append_internal (one batch per coordinator operation, as
+`GroupMetadataStore` appends batches through replication.internal_topics (one batch per coordinator operation, as
 Kafka) and reads partitions back at start-up; `PartitionLoad` folds one partition's records into the latest state per
 key (tombstones delete).
 """
@@ -24,7 +24,7 @@ from broker.groups.records import (
     decode_group_metadata_value, decode_key, decode_offset_commit_value, encode_group_metadata_value,
     encode_offset_commit_value, group_metadata_key, offset_commit_key,
 )
-from protocol.records import build_records_batch, records_from
+from protocol.records import build_records_batch
 
 log = logging.getLogger("strata.groups.store")
 
@@ -125,8 +125,8 @@ class GroupMetadataStore:
     """Appends coordinator records to `__consumer_offsets` and reads them back. Synchronous: ReplicaManager appends
     to the local log (page cache) before returning, which is when Kafka answers a single-replica coordinator."""
 
-    def __init__(self, replicas, config=None, clock=None):
-        self.replicas = replicas
+    def __init__(self, internal, config=None, clock=None):
+        self.internal = internal          # replication.internal_topics.InternalTopics
         self.num_partitions = _setting(config, "offsets.topic.num.partitions")
         self.segment_bytes = _setting(config, "offsets.topic.segment.bytes")
         self.load_buffer_size = max(_setting(config, "offsets.load.buffer.size"), 1)
@@ -134,10 +134,9 @@ class GroupMetadataStore:
         self._clock = clock or (lambda: int(time.time() * 1000))
 
     def ensure_topic(self) -> None:
-        info = self.replicas.ensure_internal_topic(OFFSETS_TOPIC, self.num_partitions, {
-            "cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes), "compression.type": "producer"})
         # An existing topic keeps its partition count (Kafka reads it from the topic, not the config).
-        self.num_partitions = info.partitions
+        self.num_partitions = self.internal.ensure(OFFSETS_TOPIC, self.num_partitions, {
+            "cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes), "compression.type": "producer"})
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
@@ -148,16 +147,17 @@ class GroupMetadataStore:
         if not records:
             return NONE
         p = self.partition_for(group_id)
-        part = self.replicas.get(OFFSETS_TOPIC, p)
-        if part is None:
+        try:
+            max_bytes = self.internal.max_message_bytes(OFFSETS_TOPIC, p)
+        except KeyError:
             return UNKNOWN_TOPIC_OR_PARTITION
         batch = build_records_batch(records, self.codec, timestamp_ms=self._clock())
-        if len(batch) > part.log.config.max_message_bytes:
+        if len(batch) > max_bytes:
             log.warning("group %s: batch of %d bytes exceeds max.message.bytes of %s-%d", group_id, len(batch),
                         OFFSETS_TOPIC, p)
             return MESSAGE_TOO_LARGE
         try:
-            self.replicas.append_internal(OFFSETS_TOPIC, p, batch)
+            self.internal.append(OFFSETS_TOPIC, p, batch)
         except KeyError:
             return UNKNOWN_TOPIC_OR_PARTITION
         except OSError as e:
@@ -190,23 +190,7 @@ class GroupMetadataStore:
     def read_partition(self, p: int):
         """Yield lists of (key, value) for partition p from its log start to its current end, one list per read of
         offsets.load.buffer.size bytes (Kafka's doLoadGroupsAndOffsets). Control batches are skipped."""
-        part = self.replicas.get(OFFSETS_TOPIC, p)
-        if part is None:
-            return
-        plog = part.log
-        offset, end = plog.log_start_offset, plog.log_end_offset
-        while offset < end:
-            try:
-                views = plog.read(offset, self.load_buffer_size)
-            except Exception as e:   # log start moved under us (retention/cleaner): carry on from the new start
-                if plog.log_start_offset > offset:
-                    offset = plog.log_start_offset
-                    continue
-                raise CorruptGroupRecord(f"reading {OFFSETS_TOPIC}-{p} at {offset}: {e}") from e
-            records, nxt = records_from(views, offset)
-            if nxt <= offset:
-                break
-            offset = nxt
+        for records in self.internal.read(OFFSETS_TOPIC, p, self.load_buffer_size):
             yield [(r.key, r.value) for r in records]
 
 

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 from protocol import kio_codec
+from protocol.errors import ApiError, ErrorCode
 
 API_KEY = 21
 VERSIONS = (0, 2)
 DECODABLE = (0, 2)
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-POLICY_VIOLATION = 44
 
 
 def handle(broker, req):
@@ -22,15 +20,12 @@ def handle(broker, req):
             part = broker.replicas.get(t.name, p.partition_index)
             low, err = -1, 0
             if part is None:
-                err = UNKNOWN_TOPIC_OR_PARTITION
-            elif "compact" in part.log.config.cleanup_policy and "delete" not in part.log.config.cleanup_policy:
-                err = POLICY_VIOLATION
+                err = ErrorCode.unknown_topic_or_partition
             else:
-                target = part.log.high_watermark if p.offset == -1 else p.offset
-                if target < 0 or target > part.log.high_watermark:
-                    err = OFFSET_OUT_OF_RANGE
-                else:
-                    low = part.log.delete_records(target)
+                try:
+                    low = part.delete_records_on_leader(p.offset)
+                except ApiError as e:
+                    err = e.error_code
             parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": err})
         topics.append({"name": t.name, "partitions": parts})
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "topics": topics})

@@ -13,20 +13,13 @@ import uuid
 from broker.fetch_session import FetchSession, SessionPartition
 from protocol import kio_codec
 from protocol.wire import I16, I32, I64, array_len, string
-from storage.log.log import OffsetOutOfRangeError
-from storage.tiered.remote_log_metadata import RemoteStorageException
+from protocol.errors import ApiError, ErrorCode
 
 API_KEY = 1
 VERSIONS = (0, 16)
 DECODABLE = (4, 16)
 
-UNKNOWN_SERVER_ERROR = -1
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-KAFKA_STORAGE_ERROR = 56
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-UNKNOWN_TOPIC_ID = 100
+UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
 
 _NULL_UUID = b"\x00" * 16
 
@@ -101,10 +94,9 @@ def handle(broker, req):
     read_committed = getattr(body, "isolation_level", 0) == 1
     sid = session.session_id if session is not None else 0
 
-    rlm = getattr(broker, "remote_log_manager", None)
-    results, total = _read_all(wanted, max_bytes, rlm)
+    results, total = _read_all(wanted, max_bytes)
     if any(w.remote is not None for w in wanted):
-        return _remote_then_finish(rlm, version, sid, wanted, results, incremental, read_committed, by_id)
+        return _remote_then_finish(version, sid, wanted, results, incremental, read_committed, by_id)
     if max_wait <= 0 or total >= min_bytes or any(w.error for w in wanted) or not wanted:
         return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
     return _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
@@ -121,39 +113,27 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
             break
         await broker.replicas.wait_for_data(parts, remaining)
         _resolve(broker, wanted, by_id)  # a topic may have been deleted meanwhile
-        rlm = getattr(broker, "remote_log_manager", None)
-        results, total = _read_all(wanted, max_bytes, rlm)
+        results, total = _read_all(wanted, max_bytes)
         if any(w.remote is not None for w in wanted):
-            return await _remote_then_finish(rlm, version, sid, wanted, results, incremental, read_committed, by_id)
+            return await _remote_then_finish(version, sid, wanted, results, incremental, read_committed, by_id)
         if total >= min_bytes or any(w.error for w in wanted):
             break
     return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
 
 
-async def _remote_then_finish(rlm, version, sid, wanted, results, incremental, read_committed, by_id):
+async def _remote_then_finish(version, sid, wanted, results, incremental, read_committed, by_id):
     """Kafka's DelayedRemoteFetch: answer when the remote reads are done or after remote.fetch.max.wait.ms; a read
     still running then yields no records and no error (the client fetches the same offset again and gets the
     read's result), a failed one UNKNOWN_SERVER_ERROR (what Kafka maps a RemoteStorageException to)."""
-    tasks = {w.remote for w in wanted if w.remote is not None}
-    await asyncio.wait(tasks, timeout=rlm.fetch_max_wait)
+    remote = [w for w in wanted if w.remote is not None]
+    await asyncio.wait({w.remote for w in remote}, timeout=remote[0].part.remote_fetch_max_wait)
     for i, w in enumerate(wanted):
         task = w.remote
         if task is None:
             continue
         w.remote = None
-        results[i] = ((), 0)                    # drop the budget reserved by _read_all
-        if not task.done():
-            rlm.metrics.fetch_expires.inc()
-            continue
-        rlm.consumed(w.part, w.fetch_offset, task)
-        exc = task.exception() if not task.cancelled() else RemoteStorageException("remote read cancelled")
-        if exc is None:
-            views = task.result()
-            results[i] = (views, sum(len(v) for v in views))
-        elif isinstance(exc, OffsetOutOfRangeError):
-            w.error = OFFSET_OUT_OF_RANGE
-        else:
-            w.error = UNKNOWN_SERVER_ERROR
+        views, w.error = w.part.remote_read_result(w.fetch_offset, task)
+        results[i] = (views, sum(len(v) for v in views))      # replaces the budget reserved by _read_all
     return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
 
 
@@ -167,14 +147,12 @@ def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
         name = cache[tkey]
         w.part = broker.replicas.get(name, w.index) if name is not None else None
         if w.part is None:
-            w.error = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
-        elif w.leader_epoch >= 0 and w.leader_epoch != w.part.leader_epoch:
-            w.error = FENCED_LEADER_EPOCH if w.leader_epoch < w.part.leader_epoch else UNKNOWN_LEADER_EPOCH
+            w.error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
         else:
-            w.error = 0
+            w.error = w.part.check_leader_epoch(w.leader_epoch)
 
 
-def _read_all(wanted: list[_Wanted], max_bytes: int, rlm=None):
+def _read_all(wanted: list[_Wanted], max_bytes: int):
     results = []
     total = 0
     for w in wanted:
@@ -183,22 +161,14 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, rlm=None):
         if not w.error:
             budget = min(w.max_bytes, max_bytes - total)
             if budget > 0 or total == 0:
-                plog = w.part.log
                 try:
-                    views = plog.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0),
-                                      max_offset=plog.high_watermark)
-                except OffsetOutOfRangeError:
-                    if rlm is not None and rlm.in_remote_range(w.part, w.fetch_offset):
-                        # below the local log start but tiered: read from the remote tier (budget reserved)
-                        try:
-                            w.remote = rlm.remote_read(w.part, w.fetch_offset, max(budget, 1), total == 0)
-                            size = max(budget, 0)
-                        except RemoteStorageException:
-                            w.error = UNKNOWN_SERVER_ERROR
-                    else:
-                        w.error = OFFSET_OUT_OF_RANGE
+                    views, w.remote = w.part.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0))
+                    if w.remote is not None:
+                        size = max(budget, 0)      # a remote read (below the local log start): budget reserved
+                except ApiError as e:
+                    w.error = e.error_code
                 except OSError:
-                    w.error = KAFKA_STORAGE_ERROR
+                    w.error = ErrorCode.kafka_storage_error
         size += sum(len(v) for v in views)
         total += size
         results.append((views, size))
@@ -209,12 +179,12 @@ def _finish(version, sid, wanted, results, incremental, read_committed, by_id):
     topics: list[tuple[object, list]] = []
     index: dict = {}
     for w, (views, size) in zip(wanted, results):
-        plog = w.part.log if w.part is not None else None
+        part = w.part
         if w.error == UNKNOWN_SERVER_ERROR:
-            plog = None        # as Kafka's createLogReadResult(exception): unknown offsets with the error
-        hw = plog.high_watermark if plog is not None else -1
+            part = None        # as Kafka's createLogReadResult(exception): unknown offsets with the error
+        hw = part.high_watermark if part is not None else -1
         lso = hw
-        log_start = plog.log_start_offset if plog is not None else -1
+        log_start = part.log_start_offset if part is not None else -1
         if incremental:
             sp = w.sp
             changed = (size > 0 or w.error or sp.last_hw != hw or sp.last_lso != lso or sp.last_log_start != log_start)

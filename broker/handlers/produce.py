@@ -19,7 +19,6 @@ DECODABLE = (0, 11)
 NONE = 0
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_ENOUGH_REPLICAS = 19
 INVALID_REQUIRED_ACKS = 21
 INVALID_TXN_STATE = 48
 KAFKA_STORAGE_ERROR = 56
@@ -73,13 +72,9 @@ def handle(broker, req):
                 err = UNKNOWN_TOPIC_OR_PARTITION
             elif records is None:
                 err, msg = CORRUPT_MESSAGE, "null record set"
-            elif acks == -1 and part.log.config.min_insync_replicas > 1:
-                # One broker means an ISR of one.
-                err = NOT_ENOUGH_REPLICAS
-                msg = f"min.insync.replicas={part.log.config.min_insync_replicas} but the ISR has 1 replica"
             else:
                 try:
-                    cfg = part.log.config
+                    cfg = part.config
                     headers = split_and_validate(records, cfg.max_message_bytes)
                     if "compact" in cfg.cleanup_policy:
                         _check_keys(records, name, index)
@@ -89,14 +84,14 @@ def handle(broker, req):
                         headers = split_and_validate(records, cfg.max_message_bytes)
                     if txn_id is not None or any(h.is_transactional for h in headers):
                         raise InvalidRecordError(INVALID_TXN_STATE, "transactions are not supported yet")
-                    result = replicas.append(part, records, headers)
+                    result = part.append_records_to_leader(records, headers, acks)
                     err, msg = result.error_code, result.error_message
                     if err == NONE:
                         base_offset, append_time = result.base_offset, result.log_append_time
                     log_start = result.log_start_offset
                 except InvalidRecordError as e:
                     err, msg = e.error_code, str(e)
-                    log_start = part.log.log_start_offset
+                    log_start = part.log_start_offset
                     log.info("rejected produce to %s-%d from %s: %s", name, index, req.client_id, e)
                 except OSError as e:
                     log.error("append to %s-%d failed: %s", name, index, e)

@@ -71,17 +71,13 @@ class LogCleaner:
     """Picks the filthiest compacted log and cleans it (Kafka's LogCleaner + LogCleanerManager).
 
     `start()`/`stop()` run `log.cleaner.threads` cleaner loops on the running event loop, each doing its file work
-    in a worker thread; `clean_once()` does one pass inline (tests, benchmarks). `logs` yields (name, Log) pairs;
-    with a ReplicaManager instead, its partitions are used.
+    in a worker thread; `clean_once()` does one pass inline (tests, benchmarks). `logs()` lists the (name, Log)
+    pairs it may clean (the partition layer hands it that function; the cleaner never sees partitions).
     """
 
-    def __init__(self, config=None, replicas=None, *, logs: Callable[[], Iterable[tuple[str, object]]] | None = None,
+    def __init__(self, config=None, *, logs: Callable[[], Iterable[tuple[str, object]]],
                  time_ms: Callable[[], int] | None = None):
         self.config = config if isinstance(config, CleanerConfig) else CleanerConfig.from_broker_config(config)
-        if logs is None:
-            if replicas is None:
-                raise ValueError("LogCleaner needs replicas or logs")
-            logs = lambda: [(f"{p.topic}-{p.index}", p.log) for p in list(replicas.partitions.values())]  # noqa: E731
         self._logs = logs
         self._time_ms = time_ms
         self._stopping = threading.Event()

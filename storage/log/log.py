@@ -35,6 +35,10 @@ def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+class UnexpectedAppendOffsetError(Exception):
+    """A follower append whose offsets do not continue the log (Kafka's UnexpectedAppendOffsetException)."""
+
+
 class OffsetOutOfRangeError(Exception):
     """A fetch/delete offset outside [log_start_offset, log_end_offset] (Kafka error 1)."""
     error_code = 1
@@ -124,7 +128,11 @@ class Log:
         if active.size:
             ts = active.first_batch_max_timestamp()
             active.rolling_base_ms = min(ts, now) if ts >= 0 else now
-        self.log_end_offset = self.high_watermark = leo
+        self.log_end_offset = leo
+        # The partition layer owns the high watermark (replication/partition.py) and raises it as replicas catch
+        # up; the log keeps it only to never delete, tier or clean beyond it. Kafka restores it from the
+        # replication-offset checkpoint; until a partition advances it, it starts at the log start.
+        self.high_watermark = 0
         self.leader_epoch_cache.truncate_from_end(leo)
         start = max(ckpt_start, segs[0].base_offset)
         if self.remote_log_enabled and ckpt_start < segs[0].base_offset:
@@ -132,6 +140,7 @@ class Log:
         if start > leo:
             self._truncate_fully_and_start_at(start)
         self.log_start_offset = start
+        self.high_watermark = start
         self.leader_epoch_cache.truncate_from_start(start)
         self._load_producer_state(now)
 
@@ -284,11 +293,91 @@ class Log:
         for info in infos.values():
             self.producer_state.commit(info, now)
         self.log_end_offset = offset
-        self.high_watermark = offset          # single replica: everything appended is committed
         self._unflushed_messages += sum(h.records_count for h in headers)
         if self._unflushed_messages >= cfg.flush_messages:
             self.flush()
         return AppendResult(first, last_offset, now if log_append_time else -1, self.log_start_offset)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set by the partition layer (Kafka's UnifiedLog.updateHighWatermark): clamped to [log start, log end]."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    def append_as_follower(self, records, headers: list[BatchHeader]) -> AppendResult:
+        """Append batches as the leader wrote them (offsets, leader epochs and timestamps kept): Kafka's
+        UnifiedLog.appendAsFollower. Offsets must not go backwards (a gap is allowed: compacted leaders); producer
+        state and the leader-epoch cache are rebuilt from the headers, so a follower can become leader."""
+        now = self._time_ms()
+        cfg = self.config
+        if not headers:
+            return AppendResult(-1, -1, -1, self.log_start_offset)
+        first = headers[0].base_offset
+        if first < self.log_end_offset:
+            raise UnexpectedAppendOffsetError(f"follower append at {first} below the log end offset "
+                                              f"{self.log_end_offset} of {self.dir.name}")
+        prev = first
+        for h in headers:
+            if h.base_offset < prev:
+                raise UnexpectedAppendOffsetError(f"batch offsets go backwards at {h.base_offset} in {self.dir.name}")
+            prev = h.last_offset + 1
+        total = sum(h.size for h in headers)
+        segment_bytes = min(cfg.segment_bytes, INT32_MAX)
+        last_offset = headers[-1].last_offset
+        active = self.active_segment
+        if active.should_roll(cfg, total, len(headers), last_offset, now) or \
+                last_offset - active.base_offset > INT32_MAX:
+            self.roll()
+        data = records if len(records) == total else memoryview(records)[:total]
+        self.active_segment.append(data, headers, index_interval_bytes=cfg.index_interval_bytes,
+                                   segment_bytes=segment_bytes, now_ms=now)
+        for h in headers:
+            epoch = h.partition_leader_epoch
+            latest = self.leader_epoch_cache.latest_epoch()
+            if epoch >= 0 and (latest is None or epoch > latest):
+                self.leader_epoch_cache.assign(epoch, h.base_offset)
+            if h.producer_id >= 0:
+                self.producer_state.replay(h, now)
+        self.log_end_offset = last_offset + 1
+        self._unflushed_messages += sum(h.records_count for h in headers)
+        if self._unflushed_messages >= cfg.flush_messages:
+            self.flush()
+        return AppendResult(first, last_offset, -1, self.log_start_offset)
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at and beyond `offset` (a follower's divergent tail, KIP-101/279). Whole batches go;
+        segments above it are deleted, indexes, producer state and the leader-epoch cache follow, and the high
+        watermark never stays above the new end. Returns True if anything was removed."""
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self._segments[0].base_offset:
+            self._truncate_fully_and_start_at(max(offset, self.log_start_offset))
+            return True
+        keep = self._segment_index(offset)
+        for seg in self._segments[keep + 1:]:
+            seg.delete()
+        target = self._segments[keep]
+        self._segments = self._segments[:keep + 1]
+        self._bases = self._bases[:keep + 1]
+        if not target.active:
+            target.close()
+            target = LogSegment(self.dir, target.base_offset, max_index_size=min(self.config.segment_index_bytes,
+                                INT32_MAX), active=True, index_interval_bytes=self.config.index_interval_bytes)
+            self._segments[-1] = target
+        target.truncate_to(offset)
+        self.log_end_offset = target.next_offset
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        now = self._time_ms()
+        self.producer_state.delete_snapshots_after(self.log_end_offset)
+        self.producer_state.producers = {}
+        self._load_producer_state(now)
+        fsync_dir(self.dir)
+        return True
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch (KIP-101/279): (largest epoch <= `epoch`, the first offset after it), or
+        (-1, -1) when unknown."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
     def roll(self) -> LogSegment:
         """Seal the active segment (fsynced) and start a new one at the log end; snapshot producer state."""

@@ -367,6 +367,23 @@ class LogSegment:
         self._indexes_checked = True
         return dropped
 
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is at or beyond `offset` (a batch is never split: truncation lands on
+        a batch boundary, as Kafka's LogSegment.truncateTo) and rebuild the indexes. The segment must be active.
+        Returns the bytes dropped."""
+        assert self.active, "only the active segment is truncated"
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        pos = found[0]
+        self._unmap()
+        os.ftruncate(self._fd, pos)
+        self._file_len = pos
+        before = self.size
+        self.recover()
+        self.rolling_base_ms = None if self.size == 0 else self.rolling_base_ms
+        return before - self.size
+
     # ---- durability and lifecycle ------------------------------------------------------------------------
     def flush(self) -> None:
         """fdatasync the log (covers pages dirtied through the mapping) and msync the indexes."""

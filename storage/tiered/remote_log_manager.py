@@ -23,14 +23,16 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+import uuid
+from typing import Callable, Iterable, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from storage.log.log import Log
 from storage.objectstore.object_store import open_object_store
 from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, RemotePartitionDeleteState,
-    RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
+    InternalTopic, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
 )
 from storage.tiered.remote_log_reader import RemoteLogReader, _LruFutures
 from storage.tiered.remote_storage_manager import LogSegmentData, RemoteStorageManager
@@ -93,11 +95,22 @@ class RemoteStorageMetrics:
                 pass
 
 
+class LeaderLogs(Protocol):
+    """What the RemoteLogManager sees of the partition layer: the logs this broker leads (only leaders copy to
+    and expire the remote tier) and topic ids. replication.replica_manager.ReplicaManager provides it."""
+
+    def leader_logs(self) -> Iterable[tuple[str, int, Log]]: ...
+
+    def leader_log(self, topic: str, partition: int) -> Log | None: ...
+
+    def topic_id(self, topic: str) -> uuid.UUID | None: ...
+
+
 # ---- per-partition state ------------------------------------------------------------------------------------------
 @dataclass(eq=False)
 class _PartitionTask:
     tip: TopicIdPartition
-    part: object                                   # replication.replica_manager.Partition
+    log: Log
     task: asyncio.Task | None = None
     copying: RemoteLogSegmentMetadata | None = None
     stopped: bool = False
@@ -106,11 +119,11 @@ class _PartitionTask:
 
 
 class RemoteLogManager(RemoteLogReader):
-    def __init__(self, config, replicas, topics, *, registry: CollectorRegistry | None = None,
+    def __init__(self, config, logs: LeaderLogs, internal: InternalTopic, *,
+                 registry: CollectorRegistry | None = None,
                  time_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
         self.config = config
-        self.replicas = replicas
-        self.topics = topics
+        self.logs = logs
         self.broker_id = config.node_id
         self._time_ms = time_ms
         url = config.remote_store_url()
@@ -120,7 +133,7 @@ class RemoteLogManager(RemoteLogReader):
         self.store = open_object_store(url, **config.remote_store_options())
         self.rsm = RemoteStorageManager(self.store)
         self.rlmm = TopicBasedRemoteLogMetadataManager(
-            replicas, broker_id=self.broker_id, time_ms=time_ms,
+            internal, broker_id=self.broker_id, time_ms=time_ms,
             num_partitions=config.get_int("remote.log.metadata.topic.num.partitions"),
             retention_ms=config.get_int("remote.log.metadata.topic.retention.ms"))
         self.task_interval = config.get_int("remote.log.manager.task.interval.ms") / 1000
@@ -156,9 +169,8 @@ class RemoteLogManager(RemoteLogReader):
         """After the local logs are loaded: create/replay `__remote_log_metadata`, then adopt tiered partitions."""
         self.rlmm.start()
         self._started = True
-        for tid_part in self.topics.topics():
-            for p in range(tid_part.partitions):
-                self._init_partition(tid_part.name, p)
+        for topic, p, _ in self.logs.leader_logs():
+            self._init_partition(topic, p)
 
     def start_background(self) -> None:
         self._running = True
@@ -193,17 +205,16 @@ class RemoteLogManager(RemoteLogReader):
         return bool(cfg.remote_storage_enable) and not is_internal_topic(topic)
 
     def tip_of(self, topic: str, partition: int) -> TopicIdPartition | None:
-        info = self.topics.get(topic)
-        return TopicIdPartition(info.uuid, topic, partition) if info is not None else None
+        topic_id = self.logs.topic_id(topic)
+        return TopicIdPartition(topic_id, topic, partition) if topic_id is not None else None
 
     def _init_partition(self, topic: str, p: int) -> None:
         """Kafka's first run of a leader's RLMTask: find what is already tiered (findHighestRemoteOffset) and repair
         the log start offset from the remote tier (findLogStartOffset)."""
-        part = self.replicas.get(topic, p)
+        lg = self.logs.leader_log(topic, p)
         tip = self.tip_of(topic, p)
-        if part is None or tip is None or not part.log.remote_log_enabled:
+        if lg is None or tip is None or not lg.remote_log_enabled:
             return
-        lg = part.log
         lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage,
                                                   self.find_highest_remote_offset(tip, lg))
         finished = [s for s in self.rlmm.list_remote_log_segments(tip) if s.state == S.COPY_SEGMENT_FINISHED]
@@ -232,21 +243,21 @@ class RemoteLogManager(RemoteLogReader):
         """Start a task for every tiered partition without one; stop tasks of partitions no longer tiered."""
         if not self._started:
             return
-        for (topic, p), part in list(self.replicas.partitions.items()):
-            want = self.is_tiered(topic, part.log.config)
+        for topic, p, lg in self.logs.leader_logs():
+            want = self.is_tiered(topic, lg.config)
             have = self.tasks.get((topic, p))
             if want and have is None:
                 tip = self.tip_of(topic, p)
                 if tip is None or tip in self._deleting:
                     continue
-                if not part.log.remote_log_enabled:
-                    part.log.set_remote_log_enabled(True)
+                if not lg.remote_log_enabled:
+                    lg.set_remote_log_enabled(True)
                     self._init_partition(topic, p)
                 if self._running:
-                    t = self.tasks[(topic, p)] = _PartitionTask(tip, part)
+                    t = self.tasks[(topic, p)] = _PartitionTask(tip, lg)
                     t.task = asyncio.get_running_loop().create_task(self._run(t))
-            elif not want and part.log.remote_log_enabled:
-                self._disable(topic, p, part)
+            elif not want and lg.remote_log_enabled:
+                self._disable(topic, p, lg)
 
     def on_topic_created(self, info) -> None:
         self.sync_partitions()
@@ -273,14 +284,13 @@ class RemoteLogManager(RemoteLogReader):
             if self.rlmm.list_remote_log_segments(tip) or t is not None:
                 self._mark_partition_deleted(tip, t)
 
-    def _disable(self, topic: str, p: int, part) -> None:
+    def _disable(self, topic: str, p: int, lg: Log) -> None:
         """remote.storage.enable true -> false (validated to need remote.log.delete.on.disable=true): the log start
         moves to the local log start and the remote data is deleted in the background (KIP-950)."""
         t = self.tasks.pop((topic, p), None)
         if t is not None:
             t.stopped = True
             t.wake.set()
-        lg = part.log
         lg.update_log_start_offset_from_remote_tier(lg.local_log_start_offset)
         lg.set_remote_log_enabled(False)
         lg.highest_offset_in_remote_storage = -1
@@ -359,7 +369,7 @@ class RemoteLogManager(RemoteLogReader):
             await self._round(t)
 
     async def _round(self, t: _PartitionTask) -> None:
-        lg = t.part.log
+        lg = t.log
         if lg.remote_copy_enabled:
             async with self._copier_slots:
                 if not t.stopped:
@@ -377,8 +387,8 @@ class RemoteLogManager(RemoteLogReader):
 
     async def run_once(self, topic: str, partition: int) -> None:
         """One round for one partition, outside the schedule (tests, tools)."""
-        part = self.replicas.get(topic, partition)
-        t = self.tasks.get((topic, partition)) or _PartitionTask(self.tip_of(topic, partition), part)
+        lg = self.logs.leader_log(topic, partition)
+        t = self.tasks.get((topic, partition)) or _PartitionTask(self.tip_of(topic, partition), lg)
         await self._run_once(t)
 
     def _copy_candidates(self, lg) -> list:
@@ -391,14 +401,14 @@ class RemoteLogManager(RemoteLogReader):
                 if nxt.base_offset > from_offset and nxt.base_offset <= lso and seg.size > 0]
 
     async def _copy_segments(self, t: _PartitionTask) -> None:
-        lg = t.part.log
+        lg = t.log
         for seg, nxt in self._copy_candidates(lg):
             if t.stopped or not lg.remote_copy_enabled:
                 return
             await self._copy_segment(t, seg, nxt)
 
     async def _copy_segment(self, t: _PartitionTask, seg, nxt) -> None:
-        lg = t.part.log
+        lg = t.log
         end = nxt.base_offset - 1
         epochs = _epochs_in_range(lg.leader_epoch_cache.entries, seg.base_offset, end)
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(t.tip), seg.base_offset, end,
@@ -458,7 +468,7 @@ class RemoteLogManager(RemoteLogReader):
 
     async def _expire(self, t: _PartitionTask) -> None:
         """Kafka's cleanupExpiredRemoteLogSegments for one partition (single leader lineage)."""
-        lg = t.part.log
+        lg = t.log
         cfg = lg.config
         now = self._time_ms()
         segs = self.rlmm.list_remote_log_segments(t.tip)
@@ -513,7 +523,7 @@ class RemoteLogManager(RemoteLogReader):
             await self._delete_remote_segment(md)
 
     def _update_gauges(self, t: _PartitionTask) -> None:
-        lg = t.part.log
+        lg = t.log
         labels = (t.tip.topic, str(t.tip.partition))
         cands = self._copy_candidates(lg) if lg.remote_copy_enabled else []
         self.metrics.copy_lag_segments.labels(*labels).set(len(cands))

@@ -34,7 +34,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator, Protocol
 
 from protocol.message_reader import MessageReader
 from protocol.wire import uvarint
@@ -415,16 +415,27 @@ class RemoteLogMetadataCache:
 
 
 # ---- the manager ------------------------------------------------------------------------------------------------
+class InternalTopic(Protocol):
+    """How the metadata manager writes and replays `__remote_log_metadata` without holding its logs
+    (replication.internal_topics.InternalTopics provides it)."""
+
+    def ensure(self, name: str, partitions: int, configs: dict[str, str]) -> int: ...
+
+    def append(self, name: str, partition: int, batch: bytes) -> int: ...
+
+    def read(self, name: str, partition: int, chunk_bytes: int = ...) -> Iterator[list]: ...
+
+
 class TopicBasedRemoteLogMetadataManager:
     """RemoteLogMetadataManager over the internal topic `__remote_log_metadata`.
 
-    Writes append to the topic through ReplicaManager.append_internal and then apply the event to the in-memory
+    Writes append to the topic through the InternalTopic interface and then apply the event to the in-memory
     view, so every lookup reflects only persisted events (Kafka waits for its consumer to catch up instead).
     """
 
-    def __init__(self, replicas, *, broker_id: int, num_partitions: int = 50, retention_ms: int = -1,
+    def __init__(self, internal: InternalTopic, *, broker_id: int, num_partitions: int = 50, retention_ms: int = -1,
                  time_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
-        self.replicas = replicas
+        self.internal = internal
         self.broker_id = broker_id
         self.num_partitions = num_partitions
         self.retention_ms = retention_ms
@@ -436,20 +447,19 @@ class TopicBasedRemoteLogMetadataManager:
     # ---- lifecycle ----
     def start(self) -> None:
         """Create the topic if needed, then rebuild the view by replaying every metadata partition."""
-        info = self.replicas.ensure_internal_topic(REMOTE_LOG_METADATA_TOPIC, self.num_partitions, {
+        partitions = self.internal.ensure(REMOTE_LOG_METADATA_TOPIC, self.num_partitions, {
             "retention.ms": str(self.retention_ms), "retention.bytes": "-1", "cleanup.policy": "delete",
             "remote.storage.enable": "false"})
-        if info.partitions != self.num_partitions:
+        if partitions != self.num_partitions:
             log.warning("%s has %d partitions, remote.log.metadata.topic.num.partitions is %d; using %d",
-                        REMOTE_LOG_METADATA_TOPIC, info.partitions, self.num_partitions, info.partitions)
-            self.num_partitions = info.partitions
+                        REMOTE_LOG_METADATA_TOPIC, partitions, self.num_partitions, partitions)
+            self.num_partitions = partitions
         t0 = time.monotonic()
         n = bad = 0
         for p in range(self.num_partitions):
-            part = self.replicas.get(REMOTE_LOG_METADATA_TOPIC, p)
-            if part is None:
-                continue
-            for value in _read_values(part.log):
+            values = (bytes(r.value) for chunk in self.internal.read(REMOTE_LOG_METADATA_TOPIC, p)
+                      for r in chunk if r.value is not None)
+            for value in values:
                 try:
                     self._apply(deserialize(value))
                     n += 1
@@ -464,8 +474,8 @@ class TopicBasedRemoteLogMetadataManager:
     def _publish(self, tip: TopicIdPartition, event) -> None:
         from protocol.record_batch import build_batch
         p = metadata_partition(tip, self.num_partitions)
-        self.replicas.append_internal(REMOTE_LOG_METADATA_TOPIC, p,
-                                      build_batch([(None, serialize(event))], timestamp_ms=self._time_ms()))
+        self.internal.append(REMOTE_LOG_METADATA_TOPIC, p,
+                             build_batch([(None, serialize(event))], timestamp_ms=self._time_ms()))
 
     def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
         if md.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
@@ -543,16 +553,3 @@ class TopicBasedRemoteLogMetadataManager:
 
     def known_partitions(self) -> Iterable[TopicIdPartition]:
         return list(self.caches)
-
-
-def _read_values(plog) -> Iterable[bytes]:
-    """Every record value of a (never tiered) internal-topic log, from its start to the high watermark."""
-    from protocol.records import records_from
-    offset = plog.log_start_offset
-    hw = plog.high_watermark
-    while offset < hw:
-        records, nxt = records_from(plog.read(offset, 1 << 20, max_offset=hw), offset)
-        yield from (bytes(r.value) for r in records if r.value is not None)
-        if nxt <= offset:
-            break
-        offset = nxt

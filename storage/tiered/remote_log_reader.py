@@ -115,21 +115,21 @@ class RemoteLogReader:
     """Fetch reads and ListOffsets lookups below the local log start, for RemoteLogManager."""
 
     # ---- reads ----------------------------------------------------------------------------------------------------
-    def in_remote_range(self, part, offset: int) -> bool:
-        lg = part.log
+    def in_remote_range(self, lg, offset: int) -> bool:
         return lg.remote_log_enabled and lg.log_start_offset <= offset < lg.local_log_start_offset
 
-    def remote_read(self, part, offset: int, max_bytes: int, min_one_message: bool) -> asyncio.Task:
+    def remote_read(self, topic: str, partition: int, lg, offset: int, max_bytes: int,
+                    min_one_message: bool) -> asyncio.Task:
         """Start (or join) a remote read of whole batches at `offset`. A read that outlives one Fetch's
         remote.fetch.max.wait.ms stays registered so the client's retry of the same offset picks up its result."""
-        key = (part.topic, part.index, offset)
+        key = (topic, partition, offset)
         task = self._inflight_reads.get(key)
         if task is not None:
             return task
         if self._pending_reads >= self.max_pending_reads:
             raise RemoteStorageException(f"remote log reader queue is full ({self._pending_reads} pending)")
-        tip = self.tip_of(part.topic, part.index)
-        task = asyncio.get_running_loop().create_task(self._read_task(tip, part.log, offset, max_bytes,
+        tip = self.tip_of(topic, partition)
+        task = asyncio.get_running_loop().create_task(self._read_task(tip, lg, offset, max_bytes,
                                                                       min_one_message))
         self._inflight_reads[key] = task
         task.add_done_callback(lambda f, k=key: self._read_done(k, f))
@@ -151,8 +151,8 @@ class RemoteLogReader:
         if task is not None and id(task) == task_id:
             del self._inflight_reads[key]
 
-    def consumed(self, part, offset: int, task: asyncio.Task) -> None:
-        key = (part.topic, part.index, offset)
+    def consumed(self, topic: str, partition: int, offset: int, task: asyncio.Task) -> None:
+        key = (topic, partition, offset)
         if self._inflight_reads.get(key) is task:
             del self._inflight_reads[key]
             timer = self._read_timers.pop(key, None)
@@ -290,20 +290,18 @@ class RemoteLogReader:
         return out
 
     # ---- ListOffsets ----------------------------------------------------------------------------------------------
-    def latest_tiered(self, part) -> tuple[int, int]:
+    def latest_tiered(self, lg) -> tuple[int, int]:
         """ListOffsets -5 (KIP-1005): (highest tiered offset, its epoch); (-1, -1) when nothing is tiered."""
-        lg = part.log
         hi = lg.highest_offset_in_remote_storage
         if hi < 0:
             return -1, -1
         epoch = lg.leader_epoch_cache.epoch_for_offset(hi)
         return hi, (epoch if epoch is not None else -1)
 
-    async def find_offset_by_timestamp(self, part, ts: int) -> tuple[int, int] | None:
+    async def find_offset_by_timestamp(self, topic: str, partition: int, lg, ts: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after log start with timestamp >= ts in the remote tier
         (time index -> offset index -> batches), or None (then the caller searches the local log)."""
-        tip = self.tip_of(part.topic, part.index)
-        lg = part.log
+        tip = self.tip_of(topic, partition)
         start = lg.log_start_offset
         for md in self.rlmm.list_remote_log_segments(tip):
             if md.state != S.COPY_SEGMENT_FINISHED or md.end_offset < start or md.max_timestamp_ms < ts:

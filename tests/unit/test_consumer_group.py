@@ -10,8 +10,7 @@ from broker.groups.consumer import state as cgs
 from broker.config import BrokerConfig
 from broker.groups.consumer.assignors import range_assign, uniform_assign
 from broker.groups.classic.group_coordinator import GroupCoordinator
-from replication.replica_manager import ReplicaManager
-from metadata.topic_store import TopicStore
+from tests.unit.replica_harness import open_replicas
 
 T1, T2 = uuid.UUID(int=101), uuid.UUID(int=202)
 
@@ -241,7 +240,7 @@ async def test_consumer_group_reloads_from_the_log(tmp_path):
                            "group.consumer.heartbeat.interval.ms": "100"})
 
     def open_():
-        replicas = ReplicaManager(config, TopicStore(config.log_dir))
+        replicas = open_replicas(config)
         replicas.startup()
         return replicas, GroupCoordinator(config, replicas=replicas)
 

@@ -16,8 +16,8 @@ from broker.groups.classic.group_metadata import EMPTY, STABLE
 from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.groups.metadata_store import PartitionLoad
 from broker.groups.records import ConsumerMemberValue, CurrentAssignmentValue, MemberMetadataValue, OffsetAndMetadata
-from replication.replica_manager import ReplicaManager
-from metadata.topic_store import TopicStore
+from replication.internal_topics import InternalTopics
+from tests.unit.replica_harness import open_replicas
 from protocol.record_batch import read_header
 from protocol.records import build_records_batch, iter_all_records
 
@@ -159,15 +159,15 @@ def test_append_errors_map_like_kafka():
     assert gms.map_operation_error(7) == 15 and gms.map_operation_error(10) == -1
 
 
-class _FailingReplicas:
+class _FailingInternalTopics:
     def __init__(self, exc, max_bytes=1_048_588):
         self.exc = exc
-        self.part = SimpleNamespace(log=SimpleNamespace(config=SimpleNamespace(max_message_bytes=max_bytes)))
+        self.max_bytes = max_bytes
 
-    def get(self, topic, p):
-        return self.part
+    def max_message_bytes(self, topic, p):
+        return self.max_bytes
 
-    def append_internal(self, topic, p, batch):
+    def append(self, topic, p, batch):
         raise self.exc
 
 
@@ -176,10 +176,10 @@ def test_store_append_failures_become_client_errors():
              (OSError("disk on fire"), 16, 16),                    # KAFKA_STORAGE_ERROR -> NOT_COORDINATOR
              (KeyError(("__consumer_offsets", 3)), 15, 15)]        # UNKNOWN_TOPIC_OR_PARTITION
     for exc, offsets_err, group_err in cases:
-        store = gms.GroupMetadataStore(_FailingReplicas(exc), {})
+        store = gms.GroupMetadataStore(_FailingInternalTopics(exc), {})
         assert store.store_offsets("g", {("t", 0): OffsetAndMetadata(1)}) == offsets_err
         assert store.store_group(_group([]), {}) == group_err
-    store = gms.GroupMetadataStore(_FailingReplicas(None, max_bytes=10), {})
+    store = gms.GroupMetadataStore(_FailingInternalTopics(None, max_bytes=10), {})
     assert store.store_offsets("g", {("t", 0): OffsetAndMetadata(1)}) == 28   # MESSAGE_TOO_LARGE
 
 
@@ -206,7 +206,7 @@ def _config(tmp_path, **extra):
 
 def _open(tmp_path, **extra):
     config = _config(tmp_path, **extra)
-    replicas = ReplicaManager(config, TopicStore(config.log_dir))
+    replicas = open_replicas(config)
     replicas.startup()
     return replicas, GroupCoordinator(config, replicas=replicas)
 
@@ -313,7 +313,7 @@ async def test_loaded_members_expire_unless_they_heartbeat(tmp_path):
 async def test_retention_writes_tombstones(tmp_path):
     now = [TS]
     config = _config(tmp_path, **{"offsets.retention.minutes": "1"})
-    replicas = ReplicaManager(config, TopicStore(config.log_dir))
+    replicas = open_replicas(config)
     replicas.startup()
     gc = GroupCoordinator(config, clock=lambda: now[0], replicas=replicas)
     await _loaded(gc)
@@ -325,7 +325,7 @@ async def test_retention_writes_tombstones(tmp_path):
     assert recs[-2:] == [(gr.RecordKey(1, "s", "t", 0), None), (gr.RecordKey(2, "s"), None)]
     gc.stop()
     replicas.shutdown()
-    replicas = ReplicaManager(config, TopicStore(config.log_dir))
+    replicas = open_replicas(config)
     replicas.startup()
     gc = GroupCoordinator(config, clock=lambda: now[0], replicas=replicas)
     await _loaded(gc)
@@ -340,7 +340,7 @@ async def test_store_failure_fails_the_commit_and_changes_nothing(tmp_path):
 
     def broken(topic, p, batch):
         raise OSError(f"append to {topic}-{p} failed with error 19: not enough replicas")
-    replicas.append_internal = broken
+    gc.store.internal.append = broken
     assert gc.commit_offsets("s", -1, "", None, {("t", 0): (1, -1, None)}) == {("t", 0): 15}
     assert not gc.groups["s"].offsets
     gc.stop()
@@ -354,7 +354,7 @@ def test_read_partition_skips_control_batches(tmp_path):
     control = bytearray(build_records_batch([(k, b"x")], attributes=0x20))   # e.g. a transaction marker
     part = replicas.get("__consumer_offsets", 0)
     assert part.log.append_as_leader(control, [read_header(control, 0)], 0).error_code == 0
-    replicas.append_internal("__consumer_offsets", 0, build_records_batch(
+    InternalTopics(replicas).append("__consumer_offsets", 0, build_records_batch(
         [(k, gr.encode_offset_commit_value(OffsetAndMetadata(3)))]))
     chunks = list(gc.store.read_partition(0))
     assert [kv for c in chunks for kv in c] == [(k, gr.encode_offset_commit_value(OffsetAndMetadata(3)))]

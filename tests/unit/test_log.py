@@ -29,7 +29,10 @@ def batch(n: int = 1, *, ts: int = 1000, value: bytes = b"value", **kw) -> bytea
 
 
 def append(log: Log, buf, epoch: int = 0):
-    return log.append_as_leader(buf, split_and_validate(buf, 10**8), epoch)
+    """Append as a single-replica leader does: the partition layer then raises the high watermark to the log end."""
+    r = log.append_as_leader(buf, split_and_validate(buf, 10**8), epoch)
+    log.update_high_watermark(log.log_end_offset)
+    return r
 
 
 def records(views) -> list[Record]:
@@ -52,11 +55,15 @@ def clock():
 def test_round_trip_assigns_offsets(tmp_path, clock):
     log = Log(tmp_path / "t-0", LogConfig(), time_ms=clock)
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (0, 0, 0)
-    r1 = append(log, batch(3, value=b"a"))
+    buf = batch(3, value=b"a")
+    r1 = log.append_as_leader(buf, split_and_validate(buf, 10**8), 0)
+    assert (log.log_end_offset, log.high_watermark) == (3, 0)       # the partition layer moves the HW, not the log
     r2 = append(log, batch(2, value=b"b"))
     assert (r1.base_offset, r1.last_offset, r1.log_append_time, r1.error_code) == (0, 2, -1, 0)
     assert (r2.base_offset, r2.last_offset) == (3, 4)
     assert log.log_end_offset == log.high_watermark == 5
+    assert log.update_high_watermark(99) == 5 and log.update_high_watermark(-1) == 0   # clamped to the log
+    log.update_high_watermark(5)
     recs = records(log.read(0, 1 << 20))
     assert [(r.offset, r.key, r.value) for r in recs] == [
         (0, b"k0", b"a"), (1, b"k1", b"a"), (2, b"k2", b"a"), (3, b"k0", b"b"), (4, b"k1", b"b")]

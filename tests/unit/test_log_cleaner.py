@@ -45,6 +45,7 @@ def make_log(path, clock, **cfg) -> Log:
 def append(lg: Log, recs, *, codec=compression.NONE, ts: int | None = None, **kw):
     buf = bytearray(build_records_batch(recs, codec=codec, timestamp_ms=T0 if ts is None else ts, **kw))
     r = lg.append_as_leader(buf, split_and_validate(buf, 10**8), 0)
+    lg.update_high_watermark(lg.log_end_offset)          # as a single-replica partition does
     assert r.error_code == 0, r
     return r
 

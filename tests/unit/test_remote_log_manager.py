@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from broker.config import BrokerConfig
-from replication.replica_manager import ReplicaManager
-from metadata.topic_store import TopicStore
+from replication.internal_topics import InternalTopics
+from tests.unit.replica_harness import open_replicas
 from protocol.record_batch import build_batch, split_and_validate
 from protocol.records import iter_all_records
 from storage.log.log import Log, OffsetOutOfRangeError
@@ -33,9 +33,9 @@ class Broker:
                                     "remote.log.storage.manager.store.fsync": "false",
                                     "remote.log.metadata.topic.num.partitions": "2",
                                     "remote.fetch.max.wait.ms": "2000", **props})
-        self.topics = TopicStore(self.config.log_dir)
-        self.replicas = ReplicaManager(self.config, self.topics)
-        self.rlm = RemoteLogManager(self.config, self.replicas, self.topics)
+        self.replicas = open_replicas(self.config)
+        self.topics = self.replicas.topics
+        self.rlm = RemoteLogManager(self.config, self.replicas, InternalTopics(self.replicas))
         self.replicas.remote_log_manager = self.rlm
         self.replicas.startup()
         self.rlm.startup()
@@ -48,7 +48,7 @@ class Broker:
     def produce(self, part, n: int, start: int = 0) -> None:
         for i in range(start, start + n):
             buf = bytearray(build_batch([(b"k", f"v{i}".encode().ljust(VALUE, b"."))], timestamp_ms=TS0 + i))
-            r = self.replicas.append(part, buf, split_and_validate(buf, 10**6))
+            r = part.append_records_to_leader(buf, split_and_validate(buf, 10**6), 1)
             assert r.base_offset == i
 
     async def close(self):
@@ -90,20 +90,20 @@ async def test_copy_local_retention_and_reads(tmp_path):
             (0, 2, S.COPY_SEGMENT_FINISHED), (3, 5, S.COPY_SEGMENT_FINISHED), (6, 8, S.COPY_SEGMENT_FINISHED)]
         assert segs[0].max_timestamp_ms == TS0 + 2 and segs[0].segment_leader_epochs == ((0, 0),)
 
-        assert b.rlm.in_remote_range(part, 0) and not b.rlm.in_remote_range(part, 9)
+        assert b.rlm.in_remote_range(part.log, 0) and not b.rlm.in_remote_range(part.log, 9)
         assert offsets(await b.rlm.read(tip, lg, 0, 1 << 20, True)) == [0, 1, 2]     # one segment per read
         assert offsets(await b.rlm.read(tip, lg, 4, 1 << 20, True)) == [4, 5]        # mid segment
         assert offsets(await b.rlm.read(tip, lg, 6, VALUE + 100, True)) == [6]       # max bytes
         assert offsets(await b.rlm.read(tip, lg, 6, 10, True)) == [6]                # min one message
         assert offsets(await b.rlm.read(tip, lg, 6, 10, False)) == []
-        assert b.rlm.latest_tiered(part) == (8, 0)
-        assert await b.rlm.find_offset_by_timestamp(part, TS0 + 4) == (4, TS0 + 4)
-        assert await b.rlm.find_offset_by_timestamp(part, TS0 - 1) == (0, TS0)
-        assert await b.rlm.find_offset_by_timestamp(part, TS0 + 9) is None           # only local has it
-        task = b.rlm.remote_read(part, 3, 1 << 20, True)
-        assert b.rlm.remote_read(part, 3, 1 << 20, True) is task                      # joined, not repeated
+        assert b.rlm.latest_tiered(part.log) == (8, 0)
+        assert await b.rlm.find_offset_by_timestamp("t", 0, part.log, TS0 + 4) == (4, TS0 + 4)
+        assert await b.rlm.find_offset_by_timestamp("t", 0, part.log, TS0 - 1) == (0, TS0)
+        assert await b.rlm.find_offset_by_timestamp("t", 0, part.log, TS0 + 9) is None           # only local has it
+        task = b.rlm.remote_read("t", 0, part.log, 3, 1 << 20, True)
+        assert b.rlm.remote_read("t", 0, part.log, 3, 1 << 20, True) is task                      # joined, not repeated
         assert offsets(await task) == [3, 4, 5]
-        b.rlm.consumed(part, 3, task)
+        b.rlm.consumed("t", 0, 3, task)
 
         # DeleteRecords into the remote tier: the segment wholly below goes at the next round
         assert lg.delete_records(4) == 4
@@ -252,6 +252,7 @@ def test_log_rolls_active_segment_for_local_retention_only_when_tiered(tmp_path)
     lg = Log(tmp_path / "a-0", cfg, time_ms=lambda: now[0], remote_log_enabled=True)
     buf = bytearray(build_batch([(b"k", b"v")], timestamp_ms=TS0))
     lg.append_as_leader(buf, split_and_validate(buf, 10**6), 0)
+    lg.update_high_watermark(lg.log_end_offset)                 # as a single-replica partition does
     assert lg.delete_old_segments() == 0                       # rolled, but not tiered yet: nothing deleted
     assert [s.base_offset for s in lg.segments()] == [0, 1]
     lg.highest_offset_in_remote_storage = 0
@@ -264,5 +265,6 @@ def test_log_rolls_active_segment_for_local_retention_only_when_tiered(tmp_path)
     plain = Log(tmp_path / "b-0", LogConfig(retention_ms=1), time_ms=lambda: now[0])
     buf = bytearray(build_batch([(b"k", b"v")], timestamp_ms=TS0))
     plain.append_as_leader(buf, split_and_validate(buf, 10**6), 0)
+    plain.update_high_watermark(plain.log_end_offset)
     assert plain.delete_old_segments() == 1 and plain.log_start_offset == 1   # untiered: as before
     plain.close()

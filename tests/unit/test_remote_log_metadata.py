@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from broker.config import BrokerConfig
-from replication.replica_manager import ReplicaManager
-from metadata.topic_store import TopicStore
+from replication.internal_topics import InternalTopics
+from tests.unit.replica_harness import open_replicas
 from storage.tiered.remote_log_metadata import (
     REMOTE_LOG_METADATA_TOPIC, RemoteLogMetadataCache, RemoteLogSegmentId, RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState as S, RemotePartitionDeleteMetadata,
@@ -131,15 +131,14 @@ def test_cache_lookups_by_epoch_and_offset():
 # ---- the topic-based manager ----------------------------------------------------------------------------------------
 def _replicas(tmp_path):
     cfg = BrokerConfig({"log.dirs": str(tmp_path / "logs")})
-    topics = TopicStore(cfg.log_dir)
-    rm = ReplicaManager(cfg, topics)
+    rm = open_replicas(cfg)
     rm.startup()
     return rm
 
 
 def test_manager_persists_to_the_topic_and_rebuilds(tmp_path):
     rm = _replicas(tmp_path)
-    m = TopicBasedRemoteLogMetadataManager(rm, broker_id=1, num_partitions=5)
+    m = TopicBasedRemoteLogMetadataManager(InternalTopics(rm), broker_id=1, num_partitions=5)
     m.start()
     info = rm.topics.get(REMOTE_LOG_METADATA_TOPIC)
     assert info.partitions == 5 and info.configs["retention.ms"] == "-1"
@@ -164,7 +163,7 @@ def test_manager_persists_to_the_topic_and_rebuilds(tmp_path):
         part.log.close()
 
     rm2 = _replicas(tmp_path)
-    m2 = TopicBasedRemoteLogMetadataManager(rm2, broker_id=1, num_partitions=5)
+    m2 = TopicBasedRemoteLogMetadataManager(InternalTopics(rm2), broker_id=1, num_partitions=5)
     m2.start()
     assert m2.events_loaded == 8
     assert [(s.start_offset, s.state) for s in m2.list_remote_log_segments(TIP)] == [(100, S.COPY_SEGMENT_FINISHED)]

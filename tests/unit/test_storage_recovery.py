@@ -24,7 +24,10 @@ def batch(i: int, *, pid: int = -1, seq: int = -1) -> bytearray:
 
 
 def append(log: Log, buf, epoch: int = 0):
-    return log.append_as_leader(buf, split_and_validate(buf, 10**8), epoch)
+    """Append as a single-replica leader does: the partition layer then raises the high watermark to the log end."""
+    r = log.append_as_leader(buf, split_and_validate(buf, 10**8), epoch)
+    log.update_high_watermark(log.log_end_offset)
+    return r
 
 
 def values(log: Log, start: int | None = None) -> list[bytes]:

@@ -49,6 +49,7 @@ from broker.groups.errors import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_
                                  GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
                                  INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NONE, NOT_COORDINATOR,
                                  REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID)
+from replication.internal_topics import InternalTopics
 from broker.groups.metadata_store import GroupMetadataStore
 from broker.groups.classic.group_offsets import GroupOffsetsAndAdmin
 from broker.groups.records import OffsetAndMetadata
@@ -88,7 +89,8 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         self._cleanup_timer: asyncio.TimerHandle | None = None
         self._active = True
         # __consumer_offsets (None without a ReplicaManager: nothing is persisted) and the partitions still loading.
-        self.store = GroupMetadataStore(replicas, config, self.now_ms) if replicas is not None else None
+        self.store = GroupMetadataStore(InternalTopics(replicas), config, self.now_ms) if replicas is not None \
+            else None
         self.topics = getattr(replicas, "topics", None)
         self._loading: set[int] = set()
         self._load_task: asyncio.Task | None = None
