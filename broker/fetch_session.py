@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from protocol.errors import ErrorCode
 
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
 
 
 class SessionPartition:
@@ -55,9 +54,9 @@ class FetchSessionCache:
     def lookup(self, session_id: int, epoch: int) -> tuple[FetchSession | None, int]:
         s = self.sessions.get(session_id)
         if s is None:
-            return None, FETCH_SESSION_ID_NOT_FOUND
+            return None, ErrorCode.fetch_session_id_not_found
         if s.epoch != epoch:
-            return None, INVALID_FETCH_SESSION_EPOCH
+            return None, ErrorCode.invalid_fetch_session_epoch
         self.sessions.move_to_end(session_id)
         return s, 0
 

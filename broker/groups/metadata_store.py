@@ -25,6 +25,7 @@ from broker.groups.records import (
     encode_offset_commit_value, group_metadata_key, offset_commit_key,
 )
 from protocol.records import build_records_batch
+from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.groups.store")
 
@@ -38,59 +39,44 @@ STORE_DEFAULTS: dict[str, str] = {
 }
 
 # ---- error codes (the append errors Kafka maps, and what it maps them to) -----------------------------------------
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-INVALID_FETCH_SIZE = 4
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-MESSAGE_TOO_LARGE = 10
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-RECORD_LIST_TOO_LARGE = 18
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-REBALANCE_IN_PROGRESS = 27
-INVALID_COMMIT_OFFSET_SIZE = 28
-KAFKA_STORAGE_ERROR = 56
 
-_UNAVAILABLE = {UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND}
-_MOVED = {NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR}
-_TOO_BIG = {MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE}
+_UNAVAILABLE = {ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append}
+_MOVED = {ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error}
+_TOO_BIG = {ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size}
 
 
 def map_group_error(code: int) -> int:
     """GroupMetadataManager.storeGroup's mapping of a failed append."""
     if code in _UNAVAILABLE:
-        return COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.coordinator_not_available
     if code in _MOVED:
-        return NOT_COORDINATOR
-    if code == REQUEST_TIMED_OUT:
-        return REBALANCE_IN_PROGRESS
+        return ErrorCode.not_coordinator
+    if code == ErrorCode.request_timed_out:
+        return ErrorCode.rebalance_in_progress
     if code in _TOO_BIG:
-        return UNKNOWN_SERVER_ERROR
+        return ErrorCode.unknown_server_error
     return code
 
 
 def map_offsets_error(code: int) -> int:
     """GroupMetadataManager.storeOffsets' mapping of a failed append."""
     if code in _UNAVAILABLE:
-        return COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.coordinator_not_available
     if code in _MOVED:
-        return NOT_COORDINATOR
+        return ErrorCode.not_coordinator
     if code in _TOO_BIG:
-        return INVALID_COMMIT_OFFSET_SIZE
+        return ErrorCode.invalid_commit_offset_size
     return code
 
 
 def map_operation_error(code: int) -> int:
     """GroupCoordinatorService's mapping for the KIP-848 APIs (ConsumerGroupHeartbeat and friends)."""
-    if code in _UNAVAILABLE or code == REQUEST_TIMED_OUT:
-        return COORDINATOR_NOT_AVAILABLE
+    if code in _UNAVAILABLE or code == ErrorCode.request_timed_out:
+        return ErrorCode.coordinator_not_available
     if code in _MOVED:
-        return NOT_COORDINATOR
+        return ErrorCode.not_coordinator
     if code in _TOO_BIG:
-        return UNKNOWN_SERVER_ERROR
+        return ErrorCode.unknown_server_error
     return code
 
 
@@ -142,50 +128,50 @@ class GroupMetadataStore:
         return partition_for(group_id, self.num_partitions)
 
     def append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Append `records` as one batch to the group's partition; returns NONE or the raw Kafka error of the failed
+        """Append `records` as one batch to the group's partition; returns ErrorCode.none or the raw Kafka error of the failed
         append (callers map it with map_group_error / map_offsets_error / map_operation_error)."""
         if not records:
-            return NONE
+            return ErrorCode.none
         p = self.partition_for(group_id)
         try:
             max_bytes = self.internal.max_message_bytes(OFFSETS_TOPIC, p)
         except KeyError:
-            return UNKNOWN_TOPIC_OR_PARTITION
+            return ErrorCode.unknown_topic_or_partition
         batch = build_records_batch(records, self.codec, timestamp_ms=self._clock())
         if len(batch) > max_bytes:
             log.warning("group %s: batch of %d bytes exceeds max.message.bytes of %s-%d", group_id, len(batch),
                         OFFSETS_TOPIC, p)
-            return MESSAGE_TOO_LARGE
+            return ErrorCode.message_too_large
         try:
             self.internal.append(OFFSETS_TOPIC, p, batch)
         except KeyError:
-            return UNKNOWN_TOPIC_OR_PARTITION
+            return ErrorCode.unknown_topic_or_partition
         except OSError as e:
             code = getattr(e, "error_code", None)
             if code is None:
                 m = _ERROR_IN_MESSAGE.search(str(e))
-                code = int(m.group(1)) if m else KAFKA_STORAGE_ERROR
+                code = int(m.group(1)) if m else ErrorCode.kafka_storage_error
             log.error("group %s: append to %s-%d failed: %s", group_id, OFFSETS_TOPIC, p, e)
             return code
         except Exception:
             log.exception("group %s: append to %s-%d failed", group_id, OFFSETS_TOPIC, p)
-            return UNKNOWN_SERVER_ERROR
-        return NONE
+            return ErrorCode.unknown_server_error
+        return ErrorCode.none
 
     def store_group(self, group, assignment: Mapping[str, bytes]) -> int:
         """A classic group's GroupMetadataValue, or its tombstone once Dead; the client-facing error."""
         value = None if group.state == "Dead" else encode_group_metadata_value(group, assignment)
         err = self.append(group.group_id, [(group_metadata_key(group.group_id), value)])
-        return map_group_error(err) if err != NONE else NONE
+        return map_group_error(err) if err != ErrorCode.none else ErrorCode.none
 
     def store_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata | None]) -> int:
         """Offset commits (None: tombstone) in one batch; the client-facing error."""
         if not offsets:
-            return NONE
+            return ErrorCode.none
         err = self.append(group_id, [
             (offset_commit_key(group_id, t, p), None if om is None else encode_offset_commit_value(om))
             for (t, p), om in offsets.items()])
-        return map_offsets_error(err) if err != NONE else NONE
+        return map_offsets_error(err) if err != ErrorCode.none else ErrorCode.none
 
     def read_partition(self, p: int):
         """Yield lists of (key, value) for partition p from its log start to its current end, one list per read of

@@ -7,17 +7,8 @@ awaitable of either when it has to wait (Fetch long-polling).
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass
-
-_MODULES = (
-    "produce", "fetch", "list_offsets", "metadata", "api_versions", "create_topics", "delete_topics",
-    "delete_records", "init_producer_id", "describe_configs", "incremental_alter_configs", "create_partitions",
-    "describe_cluster",
-    "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group", "offset_commit", "offset_fetch",
-    "list_groups", "describe_groups", "delete_groups", "offset_delete",
-    "consumer_group_heartbeat", "consumer_group_describe",
-)
-
 
 @dataclass(slots=True)
 class Request:
@@ -36,8 +27,12 @@ class Request:
 
 
 def load_handlers() -> dict[int, object]:
+    """Every module of this package is a handler: adding a file adds the API (and ApiVersions advertises it)."""
     handlers = {}
-    for name in _MODULES:
-        mod = importlib.import_module(f"broker.handlers.{name}")
+    for info in pkgutil.iter_modules(__path__):
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if mod.API_KEY in handlers:
+            raise RuntimeError(f"API key {mod.API_KEY} is handled by both {handlers[mod.API_KEY].__name__} and "
+                               f"{mod.__name__}")
         handlers[mod.API_KEY] = mod
     return handlers

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from protocol import kio_codec
 from protocol.wire import I16, I32
+from protocol.errors import ErrorCode
 
 API_KEY = 18
 VERSIONS = (0, 4)
 DECODABLE = (0, 4)
-UNSUPPORTED_VERSION = 35
 
 
 def handle(broker, req):
@@ -20,6 +20,6 @@ def handle(broker, req):
 
 
 def unsupported_version_reply() -> bytes:
-    """Kafka's fallback for an ApiVersions version it does not know: a v0 body with UNSUPPORTED_VERSION and only
+    """Kafka's fallback for an ApiVersions version it does not know: a v0 body with ErrorCode.unsupported_version and only
     ApiVersions' own range, so the client retries with a version it finds there (KIP-511)."""
-    return I16.pack(UNSUPPORTED_VERSION) + I32.pack(1) + I16.pack(API_KEY) + I16.pack(VERSIONS[0]) + I16.pack(VERSIONS[1])
+    return I16.pack(ErrorCode.unsupported_version) + I32.pack(1) + I16.pack(API_KEY) + I16.pack(VERSIONS[0]) + I16.pack(VERSIONS[1])

@@ -1,10 +1,10 @@
 """DescribeGroups (key 15): state, protocol and members; member metadata and assignments only while Stable.
-An unknown group is reported as Dead (v0-5) or GROUP_ID_NOT_FOUND (v6+, KIP-1043)."""
+An unknown group is reported as Dead (v0-5) or ErrorCode.group_id_not_found (v6+, KIP-1043)."""
 from __future__ import annotations
 
 from broker.groups.classic.group_metadata import DEAD
-from broker.groups.errors import GROUP_ID_NOT_FOUND
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 15
 VERSIONS = (0, 6)
@@ -23,14 +23,14 @@ def handle(broker, req):
     for group_id in body.groups:
         s = broker.groups.describe_group(group_id)
         err, message = s.error, None
-        if err == GROUP_ID_NOT_FOUND:
+        if err == ErrorCode.group_id_not_found:
             if v >= 6:
                 message = f"Group {group_id} not found."
             else:
                 err = 0
         out.append({
             "error_code": err, "error_message": message, "group_id": group_id,
-            "group_state": s.state if err != GROUP_ID_NOT_FOUND else DEAD,
+            "group_state": s.state if err != ErrorCode.group_id_not_found else DEAD,
             "protocol_type": s.protocol_type, "protocol_data": s.protocol_name,
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,

@@ -1,20 +1,20 @@
 """ListGroups (key 16): classic and consumer-protocol groups, filtered by state (v4+) and type (v5+,
-case-insensitive); COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets is still loading (as Kafka)."""
+case-insensitive); ErrorCode.coordinator_load_in_progress while __consumer_offsets is still loading (as Kafka)."""
 from __future__ import annotations
 
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 16
 VERSIONS = (0, 5)
 DECODABLE = (0, 5)
-COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
 def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     if getattr(broker.groups, "loading", False):
-        return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": COORDINATOR_LOAD_IN_PROGRESS,
+        return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": ErrorCode.coordinator_load_in_progress,
                                                       "groups": []})
     groups = broker.groups.list_groups(list(getattr(body, "states_filter", ()) or ()),
                                        list(getattr(body, "types_filter", ()) or ()))

@@ -10,12 +10,12 @@ import datetime
 
 from broker.groups.classic.group_metadata import DEFAULT_RETENTION_TIME
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 8
 VERSIONS = (0, 9)
 DECODABLE = (2, 9)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 _MS = datetime.timedelta(milliseconds=1)
 
 
@@ -33,7 +33,7 @@ def handle(broker, req):
             tp = (t.name, p.partition_index)
             order.append(tp)
             if info is None or not 0 <= p.partition_index < info.partitions:
-                errors[tp] = UNKNOWN_TOPIC_OR_PARTITION
+                errors[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
     if offsets:

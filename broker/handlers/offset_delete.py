@@ -3,12 +3,12 @@ members still subscribe to, NON_EMPTY_GROUP for active non-consumer groups."""
 from __future__ import annotations
 
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 47
 VERSIONS = (0, 0)
 DECODABLE = (0, 0)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 def handle(broker, req):
@@ -23,7 +23,7 @@ def handle(broker, req):
             tp = (t.name, p.partition_index)
             order.append(tp)
             if info is None or not 0 <= p.partition_index < info.partitions:
-                errors[tp] = UNKNOWN_TOPIC_OR_PARTITION
+                errors[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 known.append(tp)
     group_error, partition_errors = broker.groups.delete_offsets(body.group_id, known)

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from broker.groups.classic.group_metadata import SyncResult
-from broker.groups.errors import INCONSISTENT_GROUP_PROTOCOL
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 14
 VERSIONS = (0, 5)
@@ -16,7 +16,7 @@ def handle(broker, req):
     protocol_type = getattr(body, "protocol_type", None)
     protocol_name = getattr(body, "protocol_name", None)
     if v >= 5 and (protocol_type is None or protocol_name is None):
-        return _encode(v, SyncResult(INCONSISTENT_GROUP_PROTOCOL))   # both are mandatory from v5
+        return _encode(v, SyncResult(ErrorCode.inconsistent_group_protocol))   # both are mandatory from v5
     assignments = {}
     for a in body.assignments:
         assignments[a.member_id] = a.assignment

@@ -24,9 +24,9 @@ from storage.log.leader_epoch import LeaderEpochFileCache, fsync_dir, write_atom
 from storage.log.log_config import LogConfig
 from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
 from storage.log.producer_state import ProducerAppendInfo, ProducerStateManager
+from protocol.errors import ErrorCode
 
 LOG_START_OFFSET_FILE = "log-start-offset"
-RECORD_LIST_TOO_LARGE = 18
 _U32 = struct.Struct(">I")
 _STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
@@ -250,7 +250,7 @@ class Log:
         total = sum(h.size for h in headers)
         segment_bytes = min(cfg.segment_bytes, INT32_MAX)
         if not headers or total > segment_bytes:
-            return AppendResult(-1, -1, -1, self.log_start_offset, RECORD_LIST_TOO_LARGE,
+            return AppendResult(-1, -1, -1, self.log_start_offset, ErrorCode.record_list_too_large,
                                 f"batch of {total} bytes exceeds segment.bytes {cfg.segment_bytes}")
         log_append_time = cfg.message_timestamp_type == "LogAppendTime"
         pos, offset = 0, self.log_end_offset

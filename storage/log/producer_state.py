@@ -2,8 +2,8 @@
 
 Per producer id we keep the epoch and the metadata of its last 5 batches (the most a producer may have in
 flight), which is enough to recognise a retried batch (duplicate: answer with the original offsets, write
-nothing) and to reject sequence gaps (OUT_OF_ORDER_SEQUENCE_NUMBER) and zombie epochs
-(INVALID_PRODUCER_EPOCH).
+nothing) and to reject sequence gaps (ErrorCode.out_of_order_sequence_number) and zombie epochs
+(ErrorCode.invalid_producer_epoch).
 
 Snapshots use Kafka's `.snapshot` file format (version 1: int16 version, uint32 CRC-32C of the rest,
 int32 count, then 46-byte entries), named by the log offset they are valid at. Kafka writes one entry per
@@ -23,14 +23,13 @@ import crc32c
 
 from protocol.record_batch import BatchHeader
 from storage.log.leader_epoch import write_atomically
+from protocol.errors import ErrorCode
 
 SNAPSHOT_SUFFIX = ".snapshot"
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
 
 _SNAPSHOT_VERSION = 1
 _HEAD = struct.Struct(">hI")       # version, crc
@@ -115,11 +114,11 @@ class ProducerAppendInfo:
         """(error_code, message) if the batch must be rejected."""
         cur_epoch = self.current.producer_epoch if self.current else NO_PRODUCER_EPOCH
         if h.producer_epoch < self.epoch:
-            return INVALID_PRODUCER_EPOCH, (f"producer {self.producer_id} epoch {h.producer_epoch} is older than "
+            return ErrorCode.invalid_producer_epoch, (f"producer {self.producer_id} epoch {h.producer_epoch} is older than "
                                             f"the current epoch {self.epoch}")
         if h.producer_epoch != self.epoch:
             if h.base_sequence != 0 and self.epoch != NO_PRODUCER_EPOCH:
-                return OUT_OF_ORDER_SEQUENCE_NUMBER, (f"producer {self.producer_id} bumped its epoch to "
+                return ErrorCode.out_of_order_sequence_number, (f"producer {self.producer_id} bumped its epoch to "
                                                       f"{h.producer_epoch} with sequence {h.base_sequence}, not 0")
             return None
         if self.staged:
@@ -130,7 +129,7 @@ class ProducerAppendInfo:
             last_seq = NO_SEQUENCE
         # With no known epoch (state expired or never seen) any sequence is accepted, as Kafka does.
         if cur_epoch != NO_PRODUCER_EPOCH and not in_sequence(last_seq, h.base_sequence):
-            return OUT_OF_ORDER_SEQUENCE_NUMBER, (f"out of order sequence for producer {self.producer_id} epoch "
+            return ErrorCode.out_of_order_sequence_number, (f"out of order sequence for producer {self.producer_id} epoch "
                                                   f"{h.producer_epoch}: got {h.base_sequence}, expected "
                                                   f"{(last_seq + 1) % _SEQ_MOD}")
         return None

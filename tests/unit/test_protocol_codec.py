@@ -7,7 +7,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.serial import entity_reader, entity_writer
 
-from broker.fetch_session import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FetchSessionCache
+from broker.fetch_session import FetchSessionCache
+from protocol.errors import ErrorCode
 from protocol import kio_codec
 from protocol.wire import MalformedRequest, read_uvarint, uvarint
 
@@ -62,7 +63,7 @@ def test_fetch_session_cache_epochs_and_eviction():
     a = cache.new_session()
     b = cache.new_session()
     assert cache.lookup(a.session_id, 1)[0] is a
-    assert cache.lookup(a.session_id, 5) == (None, INVALID_FETCH_SESSION_EPOCH)
+    assert cache.lookup(a.session_id, 5) == (None, ErrorCode.invalid_fetch_session_epoch)
     c = cache.new_session()                      # evicts the least recently used (b)
-    assert cache.lookup(b.session_id, 1) == (None, FETCH_SESSION_ID_NOT_FOUND)
+    assert cache.lookup(b.session_id, 1) == (None, ErrorCode.fetch_session_id_not_found)
     assert cache.lookup(c.session_id, 1)[0] is c

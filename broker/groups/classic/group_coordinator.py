@@ -13,7 +13,7 @@ One GroupMetadata per group id, driven through Kafka's state machine:
 Behaviour follows Kafka 3.x's `GroupCoordinator.scala`: the first join of an Empty group waits
 `group.initial.rebalance.delay.ms` (extended while members keep arriving, bounded by the rebalance timeout); later
 rebalances wait until every known member has rejoined or the rebalance timeout passes, then drop dynamic members that
-did not rejoin; JoinGroup v4+ from an unknown member gets MEMBER_ID_REQUIRED and a generated id (KIP-394); a static
+did not rejoin; JoinGroup v4+ from an unknown member gets ErrorCode.member_id_required and a generated id (KIP-394); a static
 member (group.instance.id, KIP-345) that rejoins with an unknown member id takes over the old member's slot, fencing
 the old id, without a rebalance when the group is Stable and its protocol stays the same; session timeouts, pending
 members and members that never send SyncGroup expire on asyncio timers.
@@ -25,7 +25,7 @@ Persistence: every state change that Kafka writes to `__consumer_offsets` goes t
 and assignments, or a tombstone for a Dead group) and `_store_offsets` (commits, or tombstones for deleted/expired
 offsets), which append Kafka-format records through broker/group_metadata_store.py before the client is answered and
 map a failed append to Kafka's error. At start-up every partition of __consumer_offsets is read back by an asyncio
-task; until a group's partition is loaded its APIs answer COORDINATOR_LOAD_IN_PROGRESS. Loaded groups come back in
+task; until a group's partition is loaded its APIs answer ErrorCode.coordinator_load_in_progress. Loaded groups come back in
 their last persisted state (Stable with members and generation, or Empty); their members expire by session timeout
 unless they heartbeat. Without a ReplicaManager (unit tests) the hooks are no-ops.
 
@@ -45,14 +45,11 @@ from broker.groups.classic.group_metadata import (COMPLETING_REBALANCE, DEAD, EM
                                   MemberMetadata, SyncResult, _DelayedJoin)
 from broker.config import setting
 from broker.groups.consumer.consumer_group import ConsumerGroupCoordinator
-from broker.groups.errors import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID,
-                                 GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
-                                 INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NONE, NOT_COORDINATOR,
-                                 REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID)
 from replication.internal_topics import InternalTopics
 from broker.groups.metadata_store import GroupMetadataStore
 from broker.groups.classic.group_offsets import GroupOffsetsAndAdmin
 from broker.groups.records import OffsetAndMetadata
+from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.groups")
 
@@ -108,7 +105,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         self._schedule_cleanup()
 
     def stop(self) -> None:
-        """Cancel every timer and answer parked JoinGroup/SyncGroup requests with NOT_COORDINATOR (Kafka's
+        """Cancel every timer and answer parked JoinGroup/SyncGroup requests with ErrorCode.not_coordinator (Kafka's
         onGroupUnloaded)."""
         self._active = False
         if self._load_task is not None:
@@ -128,19 +125,19 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                 if member.heartbeat_timer is not None:
                     member.heartbeat_timer.cancel()
                     member.heartbeat_timer = None
-                group.maybe_invoke_join(member, JoinResult(NOT_COORDINATOR, member.member_id))
-                group.maybe_invoke_sync(member, SyncResult(NOT_COORDINATOR))
+                group.maybe_invoke_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
+                group.maybe_invoke_sync(member, SyncResult(ErrorCode.not_coordinator))
 
     def now_ms(self) -> int:
         return self._clock()
 
     def _unavailable(self, group_id: str) -> int:
-        """NOT_COORDINATOR once stopped; COORDINATOR_LOAD_IN_PROGRESS while the group's partition is loading."""
+        """NOT_COORDINATOR once stopped; ErrorCode.coordinator_load_in_progress while the group's partition is loading."""
         if not self._active:
-            return NOT_COORDINATOR
+            return ErrorCode.not_coordinator
         if self._loading and self.store is not None and self.store.partition_for(group_id) in self._loading:
-            return COORDINATOR_LOAD_IN_PROGRESS
-        return NONE
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.none
 
     @property
     def loading(self) -> bool:
@@ -150,12 +147,12 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
     def _store_group(self, group: GroupMetadata, assignment: dict[str, bytes] | None = None) -> int:
         """Persist the group's metadata (generation, protocol, leader, members with their subscription metadata and
         `assignment`), or a tombstone when the group is Dead; returns the client-facing error (Kafka's mapping)."""
-        return self.store.store_group(group, assignment or {}) if self.store is not None else NONE
+        return self.store.store_group(group, assignment or {}) if self.store is not None else ErrorCode.none
 
     def _store_offsets(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata | None]) -> int:
         """Persist committed offsets; a None value is a tombstone (OffsetDelete, DeleteGroups, retention). Returns the
         client-facing error (Kafka's mapping, e.g. MESSAGE_TOO_LARGE -> INVALID_COMMIT_OFFSET_SIZE)."""
-        return self.store.store_offsets(group_id, offsets) if self.store is not None else NONE
+        return self.store.store_offsets(group_id, offsets) if self.store is not None else ErrorCode.none
 
     def _forget_classic_group(self, group_id: str) -> None:
         """An Empty classic group replaced by a consumer group (its tombstone is already written)."""
@@ -186,10 +183,10 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         if group.is_static_member_fenced(instance_id, member_id):
             log.info("group %s: %s from %s fenced, instance %s is now member %s", group.group_id, operation,
                      member_id, instance_id, group.static_members.get(instance_id))
-            return FENCED_INSTANCE_ID
+            return ErrorCode.fenced_instance_id
         if not group.has(member_id):
-            return UNKNOWN_MEMBER_ID
-        return NONE
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none
 
     # -- JoinGroup ---------------------------------------------------------------------------------------------------
     def join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
@@ -198,14 +195,14 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                    supports_skip_assignment: bool = False, reason: str | None = None) -> asyncio.Future:
         fut = self._loop().create_future()
         if not self._valid_group_id(group_id, allow_empty=False):
-            fut.set_result(JoinResult(INVALID_GROUP_ID, member_id))
+            fut.set_result(JoinResult(ErrorCode.invalid_group_id, member_id))
             return fut
         err = self._unavailable(group_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             fut.set_result(JoinResult(err, member_id))
             return fut
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
-            fut.set_result(JoinResult(INVALID_SESSION_TIMEOUT, member_id))
+            fut.set_result(JoinResult(ErrorCode.invalid_session_timeout, member_id))
             return fut
         protocols = [(name, bytes(meta)) for name, meta in protocols]
         unknown = member_id == UNKNOWN_MEMBER
@@ -215,22 +212,22 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
             # A consumer-protocol group: an Empty one is replaced by a classic group (keeping its offsets), as in
             # Kafka; mixing protocols in one group (online migration) is not supported.
             if self.consumer.groups[group_id].members or not unknown:
-                fut.set_result(JoinResult(INCONSISTENT_GROUP_PROTOCOL if unknown else UNKNOWN_MEMBER_ID, member_id))
+                fut.set_result(JoinResult(ErrorCode.inconsistent_group_protocol if unknown else ErrorCode.unknown_member_id, member_id))
                 return fut
             err, offsets = self.consumer.convert_empty_to_classic(group_id)
-            if err != NONE:
+            if err != ErrorCode.none:
                 fut.set_result(JoinResult(err, member_id))
                 return fut
         if group is None:
             if not unknown:
-                fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+                fut.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
                 return fut
             group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms())
             group.offsets.update(offsets)
         if not self._accept_joining_member(group, member_id):
             log.info("group %s is full (group.max.size=%d), rejecting %s", group_id, self.max_group_size,
                      member_id or "a new member")
-            fut.set_result(JoinResult(GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER))
+            fut.set_result(JoinResult(ErrorCode.group_max_size_reached, UNKNOWN_MEMBER))
         elif unknown:
             self._join_new_member(group, group_instance_id, require_known_member_id, supports_skip_assignment,
                                   client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
@@ -253,10 +250,10 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
     def _join_new_member(self, group, instance_id, require_known_member_id, supports_skip_assignment, client_id,
                          client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, fut, reason):
         if group.is_(DEAD):
-            fut.set_result(JoinResult(COORDINATOR_NOT_AVAILABLE, UNKNOWN_MEMBER))
+            fut.set_result(JoinResult(ErrorCode.coordinator_not_available, UNKNOWN_MEMBER))
             return
         if not group.supports_protocols(protocol_type, {p for p, _ in protocols}):
-            fut.set_result(JoinResult(INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER))
+            fut.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, UNKNOWN_MEMBER))
             return
         new_member_id = f"{instance_id if instance_id is not None else (client_id or '')}-{uuid.uuid4()}"
         if instance_id is not None:
@@ -276,7 +273,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
             # does not leave a stream of phantom members behind.
             group.pending_members[new_member_id] = self._loop().call_later(
                 session_timeout_ms / 1000, self._on_pending_member_expired, group, new_member_id)
-            fut.set_result(JoinResult(MEMBER_ID_REQUIRED, new_member_id))
+            fut.set_result(JoinResult(ErrorCode.member_id_required, new_member_id))
         else:
             self._add_member_and_rebalance(group, new_member_id, None, client_id, client_host, rebalance_timeout_ms,
                                            session_timeout_ms, protocol_type, protocols, fut, reason)
@@ -284,23 +281,23 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
     def _join_current_member(self, group, member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
                              session_timeout_ms, protocol_type, protocols, fut, reason):
         if group.is_(DEAD):
-            fut.set_result(JoinResult(COORDINATOR_NOT_AVAILABLE, member_id))
+            fut.set_result(JoinResult(ErrorCode.coordinator_not_available, member_id))
             return
         if not group.supports_protocols(protocol_type, {p for p, _ in protocols}):
-            fut.set_result(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id))
+            fut.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
             return
         if group.is_pending_member(member_id):
             if instance_id is not None:   # pending ids are only handed to dynamic members
-                fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+                fut.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
                 return
             self._add_member_and_rebalance(group, member_id, None, client_id, client_host, rebalance_timeout_ms,
                                            session_timeout_ms, protocol_type, protocols, fut, reason)
             return
         if group.is_static_member_fenced(instance_id, member_id):
-            fut.set_result(JoinResult(FENCED_INSTANCE_ID, member_id))
+            fut.set_result(JoinResult(ErrorCode.fenced_instance_id, member_id))
             return
         if not group.has(member_id) or (instance_id is not None and not group.has_static_member(instance_id)):
-            fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+            fut.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
             return
         member = group.get(member_id)
         state = group.state
@@ -327,17 +324,17 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                                                   session_timeout_ms, fut,
                                                   f"updating metadata for member {member_id} during {state}")
             else:
-                fut.set_result(JoinResult(NONE, member_id, group.generation_id, group.protocol_type,
+                fut.set_result(JoinResult(ErrorCode.none, member_id, group.generation_id, group.protocol_type,
                                           group.protocol_name, group.leader_id or ""))
         else:
             log.warning("group %s: member %s rejoins in unexpected state %s", group.group_id, member_id, state)
-            fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+            fut.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
         if reason:
             log.debug("group %s: member %s join reason: %s", group.group_id, member_id, reason)
 
     def _join_result_for(self, group: GroupMetadata, member_id: str) -> JoinResult:
         leader = group.is_leader(member_id)
-        return JoinResult(NONE, member_id, group.generation_id, group.protocol_type, group.protocol_name,
+        return JoinResult(ErrorCode.none, member_id, group.generation_id, group.protocol_type, group.protocol_name,
                           group.leader_id or "", False, group.current_member_metadata() if leader else [])
 
     def _add_member_and_rebalance(self, group, member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
@@ -374,7 +371,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                 log.info("group %s: static member %s rejoined without changing the selected protocol; "
                          "no rebalance", group.group_id, instance_id)
                 err = self._store_group(group, {m.member_id: m.assignment for m in group.members.values()})
-                if err != NONE:
+                if err != ErrorCode.none:
                     # Could not persist the new member id: answer with the error and restore the old member.
                     group.maybe_invoke_join(member, JoinResult(err, UNKNOWN_MEMBER, group.generation_id,
                                                                group.protocol_type, group.protocol_name,
@@ -387,13 +384,13 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                     # JoinGroup v9 (KIP-814): a static leader learns it leads but skips running the assignor.
                     is_leader = group.is_leader(new_member_id)
                     group.maybe_invoke_join(member, JoinResult(
-                        NONE, new_member_id, group.generation_id, group.protocol_type, group.protocol_name,
+                        ErrorCode.none, new_member_id, group.generation_id, group.protocol_type, group.protocol_name,
                         group.leader_id or "", is_leader, group.current_member_metadata() if is_leader else []))
                 else:
                     # Older versions: report the old leader id, so a rejoining leader does not run a trivial
                     # assignment that a Stable group would ignore.
                     group.maybe_invoke_join(member, JoinResult(
-                        NONE, new_member_id, group.generation_id, group.protocol_type, group.protocol_name,
+                        ErrorCode.none, new_member_id, group.generation_id, group.protocol_type, group.protocol_name,
                         current_leader or ""))
                 # It will not be told to rejoin, so it must not sit awaiting a join; re-arm its session.
                 self._schedule_heartbeat(group, member)
@@ -416,7 +413,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
 
     def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.is_(COMPLETING_REBALANCE):
-            self._reset_and_propagate_assignment_error(group, REBALANCE_IN_PROGRESS)
+            self._reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress)
         self._remove_sync_expiration(group)
         initial = group.is_(EMPTY)
         group.transition_to(PREPARING_REBALANCE, self.now_ms())
@@ -489,7 +486,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         for member in list(group.members.values()):
             leader = group.is_leader(member.member_id)
             group.maybe_invoke_join(member, JoinResult(
-                NONE, member.member_id, group.generation_id, group.protocol_type, group.protocol_name,
+                ErrorCode.none, member.member_id, group.generation_id, group.protocol_type, group.protocol_name,
                 group.leader_id or "", False, leader_view if leader else []))
             member.is_new = False
             self._schedule_heartbeat(group, member)
@@ -530,10 +527,10 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
     def _set_and_propagate_assignment(self, group: GroupMetadata, assignment: dict[str, bytes]) -> None:
         for member in group.members.values():
             member.assignment = assignment.get(member.member_id, b"")
-        self._propagate_assignment(group, NONE)
+        self._propagate_assignment(group, ErrorCode.none)
 
     def _propagate_assignment(self, group: GroupMetadata, error: int) -> None:
-        ptype, pname = (group.protocol_type, group.protocol_name) if error == NONE else (None, None)
+        ptype, pname = (group.protocol_type, group.protocol_name) if error == ErrorCode.none else (None, None)
         for member in list(group.members.values()):
             if group.maybe_invoke_sync(member, SyncResult(error, ptype, pname, member.assignment)):
                 # Re-arm the session: an expiry while the member awaited SyncGroup was ignored.
@@ -569,8 +566,8 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                 self._check_join(group)
 
     def _remove_member_record(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        group.maybe_invoke_join(member, JoinResult(UNKNOWN_MEMBER_ID, UNKNOWN_MEMBER))
-        group.maybe_invoke_sync(member, SyncResult(UNKNOWN_MEMBER_ID))
+        group.maybe_invoke_join(member, JoinResult(ErrorCode.unknown_member_id, UNKNOWN_MEMBER))
+        group.maybe_invoke_sync(member, SyncResult(ErrorCode.unknown_member_id))
         group.remove(member.member_id)
 
     def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
@@ -586,39 +583,39 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                    assignments: dict[str, bytes]) -> asyncio.Future:
         fut = self._loop().create_future()
         if not self._valid_group_id(group_id, allow_empty=False):
-            fut.set_result(SyncResult(INVALID_GROUP_ID))
+            fut.set_result(SyncResult(ErrorCode.invalid_group_id))
             return fut
         err = self._unavailable(group_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             fut.set_result(SyncResult(err))
             return fut
         group = self.groups.get(group_id)
         if group is None:
-            fut.set_result(SyncResult(UNKNOWN_MEMBER_ID))
+            fut.set_result(SyncResult(ErrorCode.unknown_member_id))
             return fut
         if group.is_(DEAD):
-            fut.set_result(SyncResult(COORDINATOR_NOT_AVAILABLE))
+            fut.set_result(SyncResult(ErrorCode.coordinator_not_available))
             return fut
         err = self._validate_current_member(group, member_id, group_instance_id, "sync-group")
-        if err == NONE and generation_id != group.generation_id:
-            err = ILLEGAL_GENERATION
-        if err == NONE and protocol_type is not None and group.protocol_type != protocol_type:
-            err = INCONSISTENT_GROUP_PROTOCOL
-        if err == NONE and protocol_name is not None and group.protocol_name != protocol_name:
-            err = INCONSISTENT_GROUP_PROTOCOL
-        if err != NONE:
+        if err == ErrorCode.none and generation_id != group.generation_id:
+            err = ErrorCode.illegal_generation
+        if err == ErrorCode.none and protocol_type is not None and group.protocol_type != protocol_type:
+            err = ErrorCode.inconsistent_group_protocol
+        if err == ErrorCode.none and protocol_name is not None and group.protocol_name != protocol_name:
+            err = ErrorCode.inconsistent_group_protocol
+        if err != ErrorCode.none:
             fut.set_result(SyncResult(err))
             return fut
         state = group.state
         if state == EMPTY:
-            fut.set_result(SyncResult(UNKNOWN_MEMBER_ID))
+            fut.set_result(SyncResult(ErrorCode.unknown_member_id))
         elif state == PREPARING_REBALANCE:
-            fut.set_result(SyncResult(REBALANCE_IN_PROGRESS))
+            fut.set_result(SyncResult(ErrorCode.rebalance_in_progress))
         elif state == COMPLETING_REBALANCE:
             member = group.get(member_id)
             old = member.sync_future
             if old is not None and not old.done():
-                old.set_result(SyncResult(REBALANCE_IN_PROGRESS))   # superseded by this retry
+                old.set_result(SyncResult(ErrorCode.rebalance_in_progress))   # superseded by this retry
             member.sync_future = fut
             group.pending_sync_members.discard(member_id)
             if group.is_leader(member_id):
@@ -633,7 +630,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                     assignment[m] = b""
                 store_err = self._store_group(group, assignment)
                 if group.is_(COMPLETING_REBALANCE) and generation_id == group.generation_id:
-                    if store_err != NONE:
+                    if store_err != ErrorCode.none:
                         self._reset_and_propagate_assignment_error(group, store_err)
                         self._maybe_prepare_rebalance(group, f"error storing the assignment from {member_id}")
                     else:
@@ -642,7 +639,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         elif state == STABLE:
             group.pending_sync_members.discard(member_id)
             member = group.get(member_id)
-            fut.set_result(SyncResult(NONE, group.protocol_type, group.protocol_name, member.assignment))
+            fut.set_result(SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name, member.assignment))
             self._schedule_heartbeat(group, member)
         else:
             raise IllegalStateError(f"SyncGroup for group {group_id} in state {state}")
@@ -651,43 +648,43 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
     # -- Heartbeat ---------------------------------------------------------------------------------------------------
     def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> int:
         if not self._valid_group_id(group_id, allow_empty=False):
-            return INVALID_GROUP_ID
+            return ErrorCode.invalid_group_id
         err = self._unavailable(group_id)
-        if err != NONE:
-            # Kafka's classic coordinator answers a heartbeat for a loading group with NONE: the member keeps its
+        if err != ErrorCode.none:
+            # Kafka's classic coordinator answers a heartbeat for a loading group with ErrorCode.none: the member keeps its
             # session and finds out about the group once it is loaded.
-            return NONE if err == COORDINATOR_LOAD_IN_PROGRESS else err
+            return ErrorCode.none if err == ErrorCode.coordinator_load_in_progress else err
         group = self.groups.get(group_id)
         if group is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         if group.is_(DEAD):
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         err = self._validate_current_member(group, member_id, group_instance_id, "heartbeat")
-        if err != NONE:
+        if err != ErrorCode.none:
             return err
         if generation_id != group.generation_id:
-            return ILLEGAL_GENERATION
+            return ErrorCode.illegal_generation
         state = group.state
         if state == EMPTY:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         member = group.get(member_id)
         self._schedule_heartbeat(group, member)
-        return REBALANCE_IN_PROGRESS if state == PREPARING_REBALANCE else NONE
+        return ErrorCode.rebalance_in_progress if state == PREPARING_REBALANCE else ErrorCode.none
 
     # -- LeaveGroup --------------------------------------------------------------------------------------------------
     def leave_group(self, group_id: str,
                     members: list[tuple[str, str | None, str | None]]) -> tuple[int, list[int]]:
         """members: [(member_id, group_instance_id, reason)] -> (group error, per-member errors)."""
         if not self._valid_group_id(group_id, allow_empty=False):
-            return INVALID_GROUP_ID, []
+            return ErrorCode.invalid_group_id, []
         err = self._unavailable(group_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             return err, []
         group = self.groups.get(group_id)
         if group is None:
-            return NONE, [UNKNOWN_MEMBER_ID] * len(members)
+            return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
         if group.is_(DEAD):
-            return COORDINATOR_NOT_AVAILABLE, []
+            return ErrorCode.coordinator_not_available, []
         errors = []
         for member_id, instance_id, reason in members:
             reason = reason or "not provided"
@@ -695,10 +692,10 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                 # Administrative removal by group.instance.id (AdminClient removeMembersFromConsumerGroup).
                 current = group.current_static_member_id(instance_id)
                 if current is None:
-                    errors.append(UNKNOWN_MEMBER_ID)
+                    errors.append(ErrorCode.unknown_member_id)
                 else:
                     self._remove_current_member(group, current, reason)
-                    errors.append(NONE)
+                    errors.append(ErrorCode.none)
             elif group.is_pending_member(member_id):
                 timer = group.pending_members.pop(member_id)
                 if timer is not None:
@@ -706,13 +703,13 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
                 if group.is_(PREPARING_REBALANCE):
                     self._check_join(group)
                 log.info("group %s: pending member %s left (%s)", group_id, member_id, reason)
-                errors.append(NONE)
+                errors.append(ErrorCode.none)
             else:
                 err = self._validate_current_member(group, member_id, instance_id, "leave-group")
-                if err == NONE:
+                if err == ErrorCode.none:
                     self._remove_current_member(group, member_id, reason)
                 errors.append(err)
-        return NONE, errors
+        return ErrorCode.none, errors
 
     def _remove_current_member(self, group: GroupMetadata, member_id: str, reason: str) -> None:
         member = group.get(member_id)

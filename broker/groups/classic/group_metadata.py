@@ -11,8 +11,8 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from broker.groups.errors import FENCED_INSTANCE_ID, NONE, REBALANCE_IN_PROGRESS
 from broker.groups.records import OffsetAndMetadata
+from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.groups")
 
@@ -309,7 +309,7 @@ class GroupMetadata:
         if old is not None and old is not future and not old.done():
             # A retried JoinGroup supersedes the parked one; answer the old request so its connection's reply
             # queue is not stuck behind it (Kafka drops the old callback).
-            old.set_result(JoinResult(REBALANCE_IN_PROGRESS, member.member_id))
+            old.set_result(JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
         if future is not None and old is None:
             self.num_members_awaiting_join += 1
         elif future is None and old is not None:
@@ -321,8 +321,8 @@ class GroupMetadata:
         if member is None:
             raise IllegalStateError(f"cannot replace non-existing member {old_member_id} of instance {instance_id}")
         # Fence the old incarnation right away if it is parked in JoinGroup or SyncGroup.
-        self.maybe_invoke_join(member, JoinResult(FENCED_INSTANCE_ID, old_member_id))
-        self.maybe_invoke_sync(member, SyncResult(FENCED_INSTANCE_ID))
+        self.maybe_invoke_join(member, JoinResult(ErrorCode.fenced_instance_id, old_member_id))
+        self.maybe_invoke_sync(member, SyncResult(ErrorCode.fenced_instance_id))
         member.member_id = new_member_id
         self.members[new_member_id] = member
         if self.leader_id == old_member_id:
@@ -456,7 +456,7 @@ class GroupMetadata:
             protocol = self.protocol_name
             members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                      m.metadata(protocol), m.assignment) for m in self.members.values()]
-            return GroupSummary(NONE, self.state, self.protocol_type or "", protocol, members)
+            return GroupSummary(ErrorCode.none, self.state, self.protocol_type or "", protocol, members)
         members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", b"")
                    for m in self.members.values()]
-        return GroupSummary(NONE, self.state, self.protocol_type or "", "", members)
+        return GroupSummary(ErrorCode.none, self.state, self.protocol_type or "", "", members)

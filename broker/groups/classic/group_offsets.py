@@ -9,10 +9,8 @@ import logging
 from broker.groups.classic.group_metadata import (COMPLETING_REBALANCE, CONSUMER_PROTOCOL_TYPE, DEAD, DEFAULT_RETENTION_TIME, EMPTY,
                                   PREPARING_REBALANCE, STABLE, UNKNOWN_MEMBER, GroupMetadata, GroupOverview,
                                   GroupSummary)
-from broker.groups.errors import (COORDINATOR_NOT_AVAILABLE, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC,
-                                 ILLEGAL_GENERATION, INVALID_GROUP_ID, NONE, NON_EMPTY_GROUP,
-                                 OFFSET_METADATA_TOO_LARGE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID)
 from broker.groups.records import OffsetAndMetadata
+from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.groups")
 
@@ -31,9 +29,9 @@ class GroupOffsetsAndAdmin:
             return {tp: err for tp in offsets}
 
         if not self._valid_group_id(group_id, allow_empty=True):
-            return all_(INVALID_GROUP_ID)
+            return all_(ErrorCode.invalid_group_id)
         err = self._unavailable(group_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             return all_(err)
         if group_id in self.consumer.groups:
             return self.consumer.commit_offsets(self.consumer.groups[group_id], generation_id, member_id,
@@ -41,27 +39,27 @@ class GroupOffsetsAndAdmin:
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                # From an older generation of a group that no longer exists: reject (v9+: GROUP_ID_NOT_FOUND,
+                # From an older generation of a group that no longer exists: reject (v9+: ErrorCode.group_id_not_found,
                 # which both protocols' clients understand).
-                return all_(GROUP_ID_NOT_FOUND if api_version is not None and api_version >= 9
-                            else ILLEGAL_GENERATION)
+                return all_(ErrorCode.group_id_not_found if api_version is not None and api_version >= 9
+                            else ErrorCode.illegal_generation)
             # The group does not use Kafka's group management; it only stores offsets here.
             group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms())
         if group.is_(DEAD):
-            return all_(COORDINATOR_NOT_AVAILABLE)
+            return all_(ErrorCode.coordinator_not_available)
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER or group_instance_id is not None:
             err = self._validate_current_member(group, member_id, group_instance_id, "offset-commit")
-            if err == NONE and generation_id != group.generation_id:
-                err = ILLEGAL_GENERATION
-            if err != NONE:
+            if err == ErrorCode.none and generation_id != group.generation_id:
+                err = ErrorCode.illegal_generation
+            if err != ErrorCode.none:
                 return all_(err)
         elif not group.is_(EMPTY):
             # generation -1 (admin client or a consumer without group management) may only commit for a group
             # with no members.
-            return all_(UNKNOWN_MEMBER_ID)
+            return all_(ErrorCode.unknown_member_id)
         state = group.state
         if state == COMPLETING_REBALANCE:
-            return all_(REBALANCE_IN_PROGRESS)
+            return all_(ErrorCode.rebalance_in_progress)
         if state in (STABLE, PREPARING_REBALANCE):
             # Committing during PreparingRebalance is fine: the heartbeat tells the member to rejoin.
             self._schedule_heartbeat(group, group.get(member_id))
@@ -72,13 +70,13 @@ class GroupOffsetsAndAdmin:
         for tp, (offset, leader_epoch, metadata) in offsets.items():
             metadata = "" if metadata is None else metadata
             if len(metadata) > self.max_metadata_size:
-                results[tp] = OFFSET_METADATA_TOO_LARGE
+                results[tp] = ErrorCode.offset_metadata_too_large
             else:
                 accepted[tp] = OffsetAndMetadata(offset, leader_epoch if leader_epoch is not None else -1, metadata,
                                                  now, expire)
         if accepted:
             err = self._store_offsets(group_id, accepted)
-            if err == NONE and not group.is_(DEAD):
+            if err == ErrorCode.none and not group.is_(DEAD):
                 group.offsets.update(accepted)
             for tp in accepted:
                 results[tp] = err
@@ -92,55 +90,55 @@ class GroupOffsetsAndAdmin:
         state: groups that only store offsets here have no members. member_id/member_epoch (OffsetFetch v9+) are
         checked for consumer-protocol groups."""
         if not self._valid_group_id(group_id, allow_empty=True):
-            return INVALID_GROUP_ID, {}
+            return ErrorCode.invalid_group_id, {}
         err = self._unavailable(group_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             return err, {}
         group = self.consumer.groups.get(group_id)
         if group is not None:
             err = self.consumer.validate_offset_fetch(group, member_id, member_epoch)
-            if err != NONE:
+            if err != ErrorCode.none:
                 return err, {}
         else:
             group = self.groups.get(group_id)
         if group is None or getattr(group, "state", None) == DEAD:
-            return NONE, {tp: None for tp in (partitions or [])}
+            return ErrorCode.none, {tp: None for tp in (partitions or [])}
         if partitions is None:
-            return NONE, dict(group.offsets)
-        return NONE, {tp: group.offsets.get(tp) for tp in partitions}
+            return ErrorCode.none, dict(group.offsets)
+        return ErrorCode.none, {tp: group.offsets.get(tp) for tp in partitions}
 
     def delete_offsets(self, group_id: str,
                        partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete: -> (group error, {(topic, partition): error}); partition errors are empty on a group
         error."""
         if not self._valid_group_id(group_id, allow_empty=False):
-            return INVALID_GROUP_ID, {}
+            return ErrorCode.invalid_group_id, {}
         err = self._unavailable(group_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             return err, {}
         if group_id in self.consumer.groups:
-            return NONE, self.consumer.delete_offsets(self.consumer.groups[group_id], partitions)
+            return ErrorCode.none, self.consumer.delete_offsets(self.consumer.groups[group_id], partitions)
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
-            return GROUP_ID_NOT_FOUND, {}
+            return ErrorCode.group_id_not_found, {}
         errors: dict[tuple[str, int], int] = {}
         if group.is_(EMPTY):
             eligible = list(partitions)
         elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
             eligible = [tp for tp in partitions if not group.is_subscribed_to_topic(tp[0])]
-            errors.update({tp: GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if group.is_subscribed_to_topic(tp[0])})
+            errors.update({tp: ErrorCode.group_subscribed_to_topic for tp in partitions if group.is_subscribed_to_topic(tp[0])})
         else:
-            return NON_EMPTY_GROUP, {}
+            return ErrorCode.non_empty_group, {}
         if eligible:
             removed = {tp: None for tp in eligible if tp in group.offsets}
-            err = self._store_offsets(group_id, removed) if removed else NONE
-            if err == NONE:
+            err = self._store_offsets(group_id, removed) if removed else ErrorCode.none
+            if err == ErrorCode.none:
                 for tp in removed:
                     group.offsets.pop(tp, None)
             for tp in eligible:
                 errors[tp] = err
             log.info("group %s: deleted %d offsets", group_id, len(removed))
-        return NONE, {tp: errors[tp] for tp in partitions}
+        return ErrorCode.none, {tp: errors[tp] for tp in partitions}
 
     # -- admin -------------------------------------------------------------------------------------------------------
     def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[GroupOverview]:
@@ -159,23 +157,23 @@ class GroupOffsetsAndAdmin:
 
     def describe_group(self, group_id: str) -> GroupSummary:
         if not self._valid_group_id(group_id, allow_empty=True):
-            return GroupSummary(INVALID_GROUP_ID, DEAD, "", "", [])
+            return GroupSummary(ErrorCode.invalid_group_id, DEAD, "", "", [])
         err = self._unavailable(group_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             return GroupSummary(err, DEAD, "", "", [])
-        group = self.groups.get(group_id)   # a consumer-protocol group is not a classic group: GROUP_ID_NOT_FOUND
+        group = self.groups.get(group_id)   # a consumer-protocol group is not a classic group: ErrorCode.group_id_not_found
         if group is None or group.is_(DEAD):
-            return GroupSummary(GROUP_ID_NOT_FOUND, DEAD, "", "", [])
+            return GroupSummary(ErrorCode.group_id_not_found, DEAD, "", "", [])
         return group.summary()
 
     def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
         errors: dict[str, int] = {}
         for group_id in group_ids:
             if not self._valid_group_id(group_id, allow_empty=True):
-                errors[group_id] = INVALID_GROUP_ID
+                errors[group_id] = ErrorCode.invalid_group_id
                 continue
             err = self._unavailable(group_id)
-            if err != NONE:
+            if err != ErrorCode.none:
                 errors[group_id] = err
                 continue
             if group_id in self.consumer.groups:
@@ -183,17 +181,17 @@ class GroupOffsetsAndAdmin:
                 continue
             group = self.groups.get(group_id)
             if group is None or group.is_(DEAD):
-                errors[group_id] = GROUP_ID_NOT_FOUND
+                errors[group_id] = ErrorCode.group_id_not_found
             elif not group.is_(EMPTY):
-                errors[group_id] = NON_EMPTY_GROUP
+                errors[group_id] = ErrorCode.non_empty_group
             else:
-                err = self._store_offsets(group_id, {tp: None for tp in group.offsets}) if group.offsets else NONE
-                if err != NONE:
+                err = self._store_offsets(group_id, {tp: None for tp in group.offsets}) if group.offsets else ErrorCode.none
+                if err != ErrorCode.none:
                     errors[group_id] = err
                     continue
                 self._remove_group(group)
                 log.info("group %s deleted", group_id)
-                errors[group_id] = NONE
+                errors[group_id] = ErrorCode.none
         return errors
 
     def _remove_group(self, group: GroupMetadata) -> None:
@@ -216,7 +214,7 @@ class GroupOffsetsAndAdmin:
         removed = 0
         for group in list(self.groups.values()):
             gone = [tp for tp in group.offsets if tp[0] in topics]
-            if gone and self._store_offsets(group.group_id, {tp: None for tp in gone}) == NONE:
+            if gone and self._store_offsets(group.group_id, {tp: None for tp in gone}) == ErrorCode.none:
                 for tp in gone:
                     del group.offsets[tp]
                 removed += len(gone)
@@ -247,7 +245,7 @@ class GroupOffsetsAndAdmin:
         for group in list(self.groups.values()):
             expired = group.expired_offsets(now, self.offsets_retention_ms)
             if expired:
-                if self._store_offsets(group.group_id, {tp: None for tp in expired}) == NONE:
+                if self._store_offsets(group.group_id, {tp: None for tp in expired}) == ErrorCode.none:
                     for tp in expired:
                         del group.offsets[tp]
                     removed += len(expired)

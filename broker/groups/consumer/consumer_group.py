@@ -43,12 +43,10 @@ from broker.groups.consumer.offsets import ConsumerGroupOffsets
 from broker.groups.consumer.state import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, STABLE,
                                          UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, Assignment, ConsumerGroup,
                                          ConsumerGroupMember)
-from broker.groups.errors import (FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED,
-                                 INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, NONE, UNKNOWN_MEMBER_ID,
-                                 UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR)
 from broker.groups.records import (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CONSUMER_GROUP_MEMBER_METADATA,
                                   CONSUMER_GROUP_METADATA, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
                                   CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, RecordKey)
+from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.groups.consumer")
 
@@ -150,13 +148,13 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
             records.append((_encode_key(k), None if v is None else _encode_value(k.type, v)))
         if records and self.parent.store is not None:
             err = self.parent.store.append(group.group_id, records)
-            if err != NONE:
+            if err != ErrorCode.none:
                 return gms.map_operation_error(err)
         if group.exists or group.members or group.offsets:
             self.groups[group.group_id] = group
         else:
             self.groups.pop(group.group_id, None)
-        return NONE
+        return ErrorCode.none
 
     # -- topics ------------------------------------------------------------------------------------------------------
     def _resolve_regex(self, regex: str) -> set[str]:
@@ -203,7 +201,7 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
             self._validate(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
                            subscribed_topic_names, subscribed_topic_regex, server_assignor, owned, version)
             err = self.parent._unavailable(group_id)
-            if err != NONE:
+            if err != ErrorCode.none:
                 raise _Failed(err)
             if member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(group_id, member_id, instance_id, member_epoch)
@@ -219,34 +217,34 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
             return s is not None and s.strip() == ""
         if (version >= 1 or member_epoch > 0 or member_epoch == LEAVE_GROUP_MEMBER_EPOCH) and \
                 (member_id is None or empty(member_id)):
-            raise _Failed(INVALID_REQUEST, "MemberId can't be empty.")
+            raise _Failed(ErrorCode.invalid_request, "MemberId can't be empty.")
         if group_id is None or empty(group_id):
-            raise _Failed(INVALID_REQUEST, "GroupId can't be empty.")
+            raise _Failed(ErrorCode.invalid_request, "GroupId can't be empty.")
         if empty(instance_id):
-            raise _Failed(INVALID_REQUEST, "InstanceId can't be empty.")
+            raise _Failed(ErrorCode.invalid_request, "InstanceId can't be empty.")
         if empty(rack_id):
-            raise _Failed(INVALID_REQUEST, "RackId can't be empty.")
+            raise _Failed(ErrorCode.invalid_request, "RackId can't be empty.")
         if member_epoch == 0:
             if rebalance_timeout_ms == -1:
-                raise _Failed(INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
+                raise _Failed(ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
             if owned is None or owned:
-                raise _Failed(INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+                raise _Failed(ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining.")
             if subscribed_topic_names is None and subscribed_topic_regex is None:
-                raise _Failed(INVALID_REQUEST, "Either SubscribedTopicNames or SubscribedTopicRegex must be "
+                raise _Failed(ErrorCode.invalid_request, "Either SubscribedTopicNames or SubscribedTopicRegex must be "
                                                "non-null when (re-)joining.")
         elif member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if instance_id is None:
-                raise _Failed(INVALID_REQUEST, "InstanceId can't be null.")
+                raise _Failed(ErrorCode.invalid_request, "InstanceId can't be null.")
         elif member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise _Failed(INVALID_REQUEST, "MemberEpoch is invalid.")
+            raise _Failed(ErrorCode.invalid_request, "MemberEpoch is invalid.")
         if server_assignor is not None and server_assignor not in self.assignors:
-            raise _Failed(UNSUPPORTED_ASSIGNOR, f"ServerAssignor {server_assignor} is not supported. Supported "
+            raise _Failed(ErrorCode.unsupported_assignor, f"ServerAssignor {server_assignor} is not supported. Supported "
                                                 f"assignors: {', '.join(self.assignors)}.")
         if subscribed_topic_regex:
             try:
                 re.compile(subscribed_topic_regex)
             except re.error as e:
-                raise _Failed(INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{subscribed_topic_regex}` is not "
+                raise _Failed(ErrorCode.invalid_regular_expression, f"SubscribedTopicRegex `{subscribed_topic_regex}` is not "
                                                           f"a valid regular expression: {e}.") from None
 
     def _group_for_join(self, group_id: str, create: bool) -> tuple[ConsumerGroup, list]:
@@ -257,24 +255,24 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
             return group.copy(), []
         classic = self.parent.groups.get(group_id)
         if not create:
-            raise _Failed(GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+            raise _Failed(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
         work = ConsumerGroup(group_id)
         if classic is None:
             return work, []
         if classic.members or classic.state != "Empty":
-            raise _Failed(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            raise _Failed(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         work.offsets = dict(classic.offsets)
         return work, [(gr.group_metadata_key(group_id), None)]
 
     def _check_epoch(self, member: ConsumerGroupMember, epoch: int, owned) -> None:
         if epoch > member.member_epoch:
-            raise _Failed(FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch ({epoch}) "
+            raise _Failed(ErrorCode.fenced_member_epoch, f"The consumer group member has a greater member epoch ({epoch}) "
                                                f"than the one known by the group coordinator "
                                                f"({member.member_epoch}). The member must abandon all its "
                                                f"partitions and rejoin.")
         if epoch < member.member_epoch and (epoch != member.previous_member_epoch
                                             or not _assignment_subset(owned, member.assigned)):
-            raise _Failed(FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch ({epoch}) "
+            raise _Failed(ErrorCode.fenced_member_epoch, f"The consumer group member has a smaller member epoch ({epoch}) "
                                                f"than the one known by the group coordinator "
                                                f"({member.member_epoch}). The member must abandon all its "
                                                f"partitions and rejoin.")
@@ -291,7 +289,7 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
             work.replay(k, value)
 
         if len(work.members) >= self.max_size and (not member_id or member_id not in work.members):
-            raise _Failed(GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
+            raise _Failed(ErrorCode.group_max_size_reached, f"The consumer group has reached its maximum capacity of "
                                                   f"{self.max_size} members.")
         if not member_id:
             member_id = str(uuid.uuid4())     # v0: the coordinator names the member
@@ -301,7 +299,7 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
             member = work.members.get(member_id)
             if member is None:
                 if not join:
-                    raise _Failed(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+                    raise _Failed(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}.")
                 member = ConsumerGroupMember(member_id)
                 log.info("group %s: member %s joins the consumer group", group_id, member_id)
             else:
@@ -314,7 +312,7 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
                     log.info("group %s: static member %s (instance %s) joins", group_id, member_id, instance_id)
                 else:
                     if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                        raise _Failed(UNRELEASED_INSTANCE_ID,
+                        raise _Failed(ErrorCode.unreleased_instance_id,
                                       f"Static member {member_id} with instance id {instance_id} cannot join the "
                                       f"group because the instance id is owned by {existing.member_id} member.")
                     old_target = work.target.get(existing.member_id, {})
@@ -328,9 +326,9 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
                              member_id, existing.member_id)
             else:
                 if existing is None:
-                    raise _Failed(UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+                    raise _Failed(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
                 if existing.member_id != member_id:
-                    raise _Failed(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} "
+                    raise _Failed(ErrorCode.fenced_instance_id, f"Static member {member_id} with instance id {instance_id} "
                                                       f"was fenced by member {existing.member_id}.")
                 self._check_epoch(existing, member_epoch, owned)
                 member = existing
@@ -373,7 +371,7 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
         if not reconciled.same_assignment(current):
             emit(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, reconciled.assignment_value(), member_id)
         err = self._commit(work, ops, extra)
-        if err != NONE:
+        if err != ErrorCode.none:
             raise _Failed(err)
         if extra:
             self.parent._forget_classic_group(group_id)
@@ -387,7 +385,7 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
         self._schedule_session_timeout(group_id, member_id)
         full = join or (rebalance_timeout_ms != -1 and subscribed_topic_names is not None and owned is not None)
         changed = final.assigned != before.assigned
-        return HeartbeatResult(NONE, None, member_id, final.member_epoch, self.heartbeat_interval_ms,
+        return HeartbeatResult(ErrorCode.none, None, member_id, final.member_epoch, self.heartbeat_interval_ms,
                                final.assigned if full or changed else None)
 
     @staticmethod
@@ -462,17 +460,17 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
     def _leave(self, group_id, member_id, instance_id, member_epoch) -> HeartbeatResult:
         group = self.groups.get(group_id)
         if group is None:
-            raise _Failed(GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+            raise _Failed(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
         if instance_id is None:
             member = group.members.get(member_id)
             if member is None:
-                raise _Failed(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+                raise _Failed(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}.")
         else:
             member = group.static_member(instance_id)
             if member is None:
-                raise _Failed(UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+                raise _Failed(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
             if member.member_id != member_id:
-                raise _Failed(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} was "
+                raise _Failed(ErrorCode.fenced_instance_id, f"Static member {member_id} with instance id {instance_id} was "
                                                   f"fenced by member {member.member_id}.")
         if member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             log.info("group %s: static member %s (instance %s) temporarily left", group_id, member_id, instance_id)
@@ -481,15 +479,15 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
             k = RecordKey(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, member=member.member_id)
             work.replay(k, leaving.assignment_value())
             err = self._commit(work, [(k, leaving.assignment_value())])
-            if err != NONE:
+            if err != ErrorCode.none:
                 raise _Failed(err)
             self._cancel(self._rebalance_timers, (group_id, member.member_id))
-            return HeartbeatResult(NONE, None, member.member_id, LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+            return HeartbeatResult(ErrorCode.none, None, member.member_id, LEAVE_GROUP_STATIC_MEMBER_EPOCH)
         log.info("group %s: member %s left the consumer group", group_id, member.member_id)
         err = self._fence(group, member.member_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             raise _Failed(err)
-        return HeartbeatResult(NONE, None, member_id, member_epoch)
+        return HeartbeatResult(ErrorCode.none, None, member_id, member_epoch)
 
     def _fence(self, group: ConsumerGroup, member_id: str) -> int:
         """Remove the member (tombstones for its records) and bump the group epoch."""
@@ -505,7 +503,7 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
         work.subscription_metadata = self._subscription_metadata(work)
         emit(CONSUMER_GROUP_METADATA, work.group_epoch + 1)
         err = self._commit(work, ops)
-        if err == NONE:
+        if err == ErrorCode.none:
             self._cancel(self._session_timers, (group.group_id, member_id))
             self._cancel(self._rebalance_timers, (group.group_id, member_id))
         return err
@@ -528,7 +526,7 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
         if group is None or member_id not in group.members or not self.parent._active:
             return
         log.info("group %s: member %s fenced, its session expired", group_id, member_id)
-        if self._fence(group, member_id) != NONE:
+        if self._fence(group, member_id) != ErrorCode.none:
             self._schedule_session_timeout(group_id, member_id)   # try again later
 
     def _schedule_rebalance_timeout(self, group_id: str, member_id: str, epoch: int, timeout_ms: int) -> None:
@@ -552,16 +550,16 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
     def describe(self, group_ids: list[str], include_authorized_operations: bool = False) -> list[dict]:
         out = []
         for group_id in group_ids:
-            entry = {"group_id": group_id, "error_code": NONE, "error_message": None, "group_state": "",
+            entry = {"group_id": group_id, "error_code": ErrorCode.none, "error_message": None, "group_state": "",
                      "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": [],
                      "authorized_operations": ((1 << 3) | (1 << 6) | (1 << 8)) if include_authorized_operations
                      else -2147483648}
             err = self.parent._unavailable(group_id)
             group = self.groups.get(group_id)
-            if err != NONE:
+            if err != ErrorCode.none:
                 entry["error_code"] = err
             elif group is None:
-                entry["error_code"] = GROUP_ID_NOT_FOUND
+                entry["error_code"] = ErrorCode.group_id_not_found
                 entry["error_message"] = (f"Group {group_id} is not a consumer group."
                                           if group_id in self.parent.groups else f"Group {group_id} not found.")
             else:

@@ -9,10 +9,9 @@ import logging
 from broker.groups import metadata_store as gms
 from broker.groups import records as gr
 from broker.groups.consumer.state import UNREVOKED_PARTITIONS, ConsumerGroup
-from broker.groups.errors import (GROUP_SUBSCRIBED_TO_TOPIC, NONE, NON_EMPTY_GROUP, OFFSET_METADATA_TOO_LARGE,
-                                 STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION)
 from broker.groups.records import (CONSUMER_GROUP_METADATA, CONSUMER_GROUP_PARTITION_METADATA,
                                   CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, OffsetAndMetadata)
+from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.groups.consumer")
 
@@ -29,18 +28,18 @@ class ConsumerGroupOffsets:
         if not (member_epoch < 0 and not group.members):
             member = group.members.get(member_id)
             if member is None:
-                return all_(UNKNOWN_MEMBER_ID)
+                return all_(ErrorCode.unknown_member_id)
             if api_version is not None and api_version < 9:
-                return all_(UNSUPPORTED_VERSION)
+                return all_(ErrorCode.unsupported_version)
             if member_epoch != member.member_epoch:
-                return all_(STALE_MEMBER_EPOCH)
+                return all_(ErrorCode.stale_member_epoch)
         now = self.now_ms()
         expire = now + retention_ms if retention_ms != -1 else None
         results, accepted = {}, {}
         for tp, (offset, leader_epoch, metadata) in offsets.items():
             metadata = "" if metadata is None else metadata
             if len(metadata) > self.parent.max_metadata_size:
-                results[tp] = OFFSET_METADATA_TOO_LARGE
+                results[tp] = ErrorCode.offset_metadata_too_large
             else:
                 accepted[tp] = OffsetAndMetadata(offset, -1 if leader_epoch is None else leader_epoch, metadata,
                                                  now, expire)
@@ -54,31 +53,31 @@ class ConsumerGroupOffsets:
         """Persist and apply commits (None values delete); returns the client-facing error."""
         if self.parent.store is not None:
             err = self.parent.store.store_offsets(group.group_id, offsets)
-            if err != NONE:
+            if err != ErrorCode.none:
                 return err
         for tp, om in offsets.items():
             if om is None:
                 group.offsets.pop(tp, None)
             else:
                 group.offsets[tp] = om
-        return NONE
+        return ErrorCode.none
 
     def validate_offset_fetch(self, group: ConsumerGroup, member_id: str | None, member_epoch: int) -> int:
         if member_epoch == -1:
-            return NONE
+            return ErrorCode.none
         member = group.members.get(member_id or "")
         if member is None:
-            return UNKNOWN_MEMBER_ID
-        return STALE_MEMBER_EPOCH if member_epoch != member.member_epoch else NONE
+            return ErrorCode.unknown_member_id
+        return ErrorCode.stale_member_epoch if member_epoch != member.member_epoch else ErrorCode.none
 
     def delete_offsets(self, group: ConsumerGroup, partitions: list) -> dict:
         errors, removed = {}, {}
         for tp in partitions:
             if self.is_subscribed_to_topic(group, tp[0]):
-                errors[tp] = GROUP_SUBSCRIBED_TO_TOPIC
+                errors[tp] = ErrorCode.group_subscribed_to_topic
             elif tp in group.offsets:
                 removed[tp] = None
-        err = self.store_offsets(group, removed) if removed else NONE
+        err = self.store_offsets(group, removed) if removed else ErrorCode.none
         for tp in partitions:
             errors.setdefault(tp, err)
         return errors
@@ -86,9 +85,9 @@ class ConsumerGroupOffsets:
     def delete_group(self, group: ConsumerGroup) -> int:
         """DeleteGroups: only Empty groups; offsets and group records get tombstones."""
         if group.members:
-            return NON_EMPTY_GROUP
-        err = self.store_offsets(group, {tp: None for tp in group.offsets}) if group.offsets else NONE
-        if err != NONE:
+            return ErrorCode.non_empty_group
+        err = self.store_offsets(group, {tp: None for tp in group.offsets}) if group.offsets else ErrorCode.none
+        if err != ErrorCode.none:
             return err
         return self._delete(group)
 
@@ -98,23 +97,23 @@ class ConsumerGroupOffsets:
             CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, CONSUMER_GROUP_PARTITION_METADATA, CONSUMER_GROUP_METADATA)]
         if self.parent.store is not None:
             err = self.parent.store.append(gid, records)
-            if err != NONE:
+            if err != ErrorCode.none:
                 return gms.map_offsets_error(err)
         self.groups.pop(gid, None)
         log.info("consumer group %s deleted", gid)
-        return NONE
+        return ErrorCode.none
 
     def cleanup_expired_offsets(self, now: int, retention_ms: int) -> int:
         removed = 0
         for group in list(self.groups.values()):
-            if self.parent._unavailable(group.group_id) != NONE:
+            if self.parent._unavailable(group.group_id) != ErrorCode.none:
                 continue
             subscribed = set().union(*(self._subscribed_names(m) for m in group.members.values())) \
                 if group.members else set()
             expired = {tp: None for tp, om in group.offsets.items() if tp[0] not in subscribed and (
                 now >= om.expire_timestamp if om.expire_timestamp is not None
                 else now - om.commit_timestamp >= retention_ms)}
-            if expired and self.store_offsets(group, expired) == NONE:
+            if expired and self.store_offsets(group, expired) == ErrorCode.none:
                 removed += len(expired)
                 log.info("consumer group %s: removed %d expired offsets", group.group_id, len(expired))
             if not group.members and not group.offsets:
@@ -125,7 +124,7 @@ class ConsumerGroupOffsets:
         removed = 0
         for group in list(self.groups.values()):
             gone = {tp: None for tp in group.offsets if tp[0] in topics}
-            if gone and self.store_offsets(group, gone) == NONE:
+            if gone and self.store_offsets(group, gone) == ErrorCode.none:
                 removed += len(gone)
         return removed
 
