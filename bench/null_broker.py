@@ -151,12 +151,13 @@ class NullLog:
         self.config = config
         self.log_start_offset = 0
         self.log_end_offset = 0
+        self.high_watermark = 0          # set by the partition layer, as for a real log
         self._template: _Template | None = None
 
     # ---- offsets -----------------------------------------------------------------------------------------------
-    @property
-    def high_watermark(self) -> int:
-        return self.log_end_offset       # one broker: every append is "replicated" at once, as in Strata
+    def update_high_watermark(self, offset: int) -> int:
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
 
     # ---- write path --------------------------------------------------------------------------------------------
     def append_as_leader(self, records, headers, leader_epoch: int = 0):
