@@ -262,6 +262,8 @@ def install() -> None:
 def main(argv: list[str] | None = None) -> int:
     install()
     from broker import cli
+    # NullLogs have no segments to compact: the cleaner (which walks segments) has nothing to do here
+    argv = list(sys.argv[1:] if argv is None else argv) + ["--override", "log.cleaner.enable=false"]
     return cli.main(argv)
 
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from protocol.errors import ErrorCode
 from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, set_log_append_time
 from storage.cleaner.cleaned_segment import complete_interrupted_swaps
 from storage.log.leader_epoch import LeaderEpochFileCache, fsync_dir, write_atomically
 from storage.log.log_config import LogConfig
 from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
 from storage.log.producer_state import ProducerAppendInfo, ProducerStateManager
-from protocol.errors import ErrorCode
 
 LOG_START_OFFSET_FILE = "log-start-offset"
 _U32 = struct.Struct(">I")
@@ -40,8 +40,8 @@ class UnexpectedAppendOffsetError(Exception):
 
 
 class OffsetOutOfRangeError(Exception):
-    """A fetch/delete offset outside [log_start_offset, log_end_offset] (Kafka error 1)."""
-    error_code = 1
+    """A fetch/delete offset outside [log_start_offset, log_end_offset]."""
+    error_code = ErrorCode.offset_out_of_range
 
 
 @dataclass
@@ -65,7 +65,7 @@ class Log:
         self.config = config
         # Tiered storage (KIP-405): with remote_log_enabled the log start offset covers the remote tier too, local
         # segments are deleted only once copied (highest_offset_in_remote_storage, kept by the RemoteLogManager)
-        # and local retention uses local.retention.*; see storage/remote_log_manager.py.
+        # and local retention uses local.retention.*; see storage/tiered/remote_log_manager.py.
         self.remote_log_enabled = remote_log_enabled
         self.highest_offset_in_remote_storage = -1
         self._time_ms = time_ms
@@ -129,10 +129,6 @@ class Log:
             ts = active.first_batch_max_timestamp()
             active.rolling_base_ms = min(ts, now) if ts >= 0 else now
         self.log_end_offset = leo
-        # The partition layer owns the high watermark (replication/partition.py) and raises it as replicas catch
-        # up; the log keeps it only to never delete, tier or clean beyond it. Kafka restores it from the
-        # replication-offset checkpoint; until a partition advances it, it starts at the log start.
-        self.high_watermark = 0
         self.leader_epoch_cache.truncate_from_end(leo)
         start = max(ckpt_start, segs[0].base_offset)
         if self.remote_log_enabled and ckpt_start < segs[0].base_offset:
@@ -140,6 +136,9 @@ class Log:
         if start > leo:
             self._truncate_fully_and_start_at(start)
         self.log_start_offset = start
+        # The partition layer owns the high watermark (replication/partition.py) and raises it as replicas catch
+        # up; the log keeps it only to never delete, tier or clean beyond it. Kafka restores it from the
+        # replication-offset checkpoint; until a partition advances it, it starts at the log start.
         self.high_watermark = start
         self.leader_epoch_cache.truncate_from_start(start)
         self._load_producer_state(now)
