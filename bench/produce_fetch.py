@@ -617,8 +617,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 1 <= args.messages <= 10_000_000 or not 1 <= args.size <= 1_000_000 or not 1 <= args.rounds <= 20:
         ap.error("--messages 1..10M, --size 1..1M, --rounds 1..20")
-    if not 1 <= args.partitions <= 64:
-        ap.error("--partitions 1..64")
+    if not 1 <= args.partitions <= 10_000:
+        ap.error("--partitions 1..10000")
     if args.write and (args.profile or args.only):
         ap.error("--write wants an unprofiled run of both brokers")
 

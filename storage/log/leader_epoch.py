@@ -1,9 +1,14 @@
 """Leader epoch -> start offset history of one partition (Kafka's LeaderEpochFileCache).
 
 Replication uses it to answer OffsetsForLeaderEpoch and to find where a follower's log diverges. It is
-persisted as Kafka's `leader-epoch-checkpoint` text file (version line, count line, "epoch offset" lines)
-and rewritten atomically (temp file, fsync, rename) on every change; changes are rare (once per new epoch
-or log-start move), so the fsync cost does not matter.
+persisted as Kafka's `leader-epoch-checkpoint` text file (version line, count line, "epoch offset" lines),
+rewritten atomically (temp file, fsync, rename).
+
+A new epoch (`assign`) is only marked dirty: the log writes the file when it rolls, flushes or closes (Kafka 3.8+
+also moved this write off the append path, KAFKA-15046). Writing it on the first append of every partition cost
+two fsyncs per partition, which with 1,000 partitions (or a leader change moving many) dominated produce. Nothing
+is lost: an epoch assigned since the last write starts in the active segment, and recovery after a crash rescans
+the active segment and re-learns epochs from its batch headers. Truncations are rare and written at once.
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ class LeaderEpochFileCache:
     def __init__(self, dir: Path):
         self.path = Path(dir) / CHECKPOINT_FILE
         self._entries: list[EpochEntry] = self._read()
+        self.dirty = False
 
     def _read(self) -> list[EpochEntry]:
         try:
@@ -73,6 +79,12 @@ class LeaderEpochFileCache:
     def _flush(self) -> None:
         body = f"{_VERSION}\n{len(self._entries)}\n" + "".join(f"{e.epoch} {e.start_offset}\n" for e in self._entries)
         write_atomically(self.path, body.encode())
+        self.dirty = False
+
+    def flush(self) -> None:
+        """Write the file if an assign changed the entries since the last write."""
+        if self.dirty:
+            self._flush()
 
     # ---- queries -----------------------------------------------------------------------------------------
     @property
@@ -127,7 +139,7 @@ class LeaderEpochFileCache:
             return False
         self._entries = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
         self._entries.append(EpochEntry(epoch, start_offset))
-        self._flush()
+        self.dirty = True
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:

@@ -384,6 +384,7 @@ class Log:
         if active.size == 0:
             return active
         active.seal()
+        self.leader_epoch_cache.flush()       # epochs that start in the sealed segment are never rescanned
         seg = self._new_segment(self.log_end_offset)
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
@@ -556,6 +557,7 @@ class Log:
     def flush(self) -> None:
         """fsync the active segment and its indexes (older segments were fsynced when rolled)."""
         self.active_segment.flush()
+        self.leader_epoch_cache.flush()
         self._unflushed_messages = 0
         self._last_flush_ms = self._time_ms()
 
@@ -571,6 +573,7 @@ class Log:
         self._closed = True
         for seg in self._segments:
             seg.close()
+        self.leader_epoch_cache.flush()
         self.producer_state.take_snapshot(self.log_end_offset)
 
     def delete(self) -> None:

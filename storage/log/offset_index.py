@@ -5,10 +5,14 @@ position in the .log as u32). As Kafka, an entry is added every `index.interval.
 names the LAST offset of the batch that starts at that position, so a lookup that lands on an entry is
 already inside the right batch.
 
-The index of the active segment is preallocated to `segment.index.bytes` (sparse) and written through a
-writable mmap; when the segment is rolled or closed it is trimmed to its real entries. Indexes of closed
-segments are mapped read-only and lazily, on first lookup, so opening a log with thousands of segments
-touches no index file. Python's mmap keeps a dup of the descriptor, so each mapped index costs one fd.
+The index of the active segment lives in memory (a bytearray of its entries; `segment.index.bytes` only bounds
+how many it may hold, as Kafka's preallocated file does) and is written to its file, trimmed, when the segment is
+rolled or closed. Nothing is lost by not writing it earlier: after a crash the active segment is always rescanned
+and its indexes rebuilt. Kafka instead preallocates a 10 MiB sparse file and writes through a mmap; measured here,
+the first write to each page of such a mapping cost about 0.5 ms on ext4, which with 1,000 partitions made index
+upkeep most of the produce path (docs/benchmarks.md, "Many partitions"). Indexes of closed segments are mapped
+read-only and lazily, on first lookup, so opening a log with thousands of segments touches no index file. Python's
+mmap keeps a dup of the descriptor, so each mapped index costs one fd.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ class AbstractIndex:
         self.max_index_size = max_index_size
         self._writable = writable
         self._mm: mmap.mmap | None = None
+        self._data = None                  # what entries are read from: the bytearray (writable) or the mmap
         self._entries = 0
         self._max_entries = 0
         self._loaded = False
@@ -38,25 +43,28 @@ class AbstractIndex:
     # ---- mapping -----------------------------------------------------------------------------------------
     def _load(self) -> None:
         size = self.ENTRY.size
-        flags = (os.O_RDWR | os.O_CREAT) if self._writable else os.O_RDONLY
+        if self._writable:
+            try:
+                data = self.path.read_bytes()
+            except FileNotFoundError:
+                data = b""
+            self._entries = len(data) // size
+            self._data = bytearray(data[:self._entries * size])
+            self._max_entries = max(self.max_index_size // size, self._entries)
+            self._loaded = True
+            return
         try:
-            fd = os.open(self.path, flags, 0o644)
+            fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:          # a closed segment without an index reads as empty
             self._entries = self._max_entries = 0
             self._loaded = True
             return
         try:
-            length = os.fstat(fd).st_size
-            self._entries = length // size
-            if self._writable:
-                map_len = max(self.max_index_size // size, self._entries) * size
-                if map_len != length:
-                    os.ftruncate(fd, map_len)
-            else:
-                map_len = self._entries * size
-            self._mm = mmap.mmap(fd, map_len, access=mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ) \
-                if map_len else None
-            self._max_entries = map_len // size
+            self._entries = os.fstat(fd).st_size // size
+            map_len = self._entries * size
+            self._mm = mmap.mmap(fd, map_len, access=mmap.ACCESS_READ) if map_len else None
+            self._data = self._mm
+            self._max_entries = self._entries
         finally:
             os.close(fd)
         self._loaded = True
@@ -66,6 +74,7 @@ class AbstractIndex:
             self._load()
 
     def _unmap(self) -> None:
+        self._data = None
         if self._mm is not None:
             try:
                 self._mm.close()
@@ -90,7 +99,7 @@ class AbstractIndex:
         return self._entries >= self._max_entries
 
     def _raw(self, i: int) -> tuple:
-        return self.ENTRY.unpack_from(self._mm, i * self.ENTRY.size)
+        return self.ENTRY.unpack_from(self._data, i * self.ENTRY.size)
 
     def entry(self, i: int) -> tuple[int, int]:
         """Entry i with the offset made absolute; subclasses order the columns."""
@@ -113,7 +122,7 @@ class AbstractIndex:
         self._ensure()
         if not self._writable or self._entries >= self._max_entries:
             return False
-        self.ENTRY.pack_into(self._mm, self._entries * self.ENTRY.size, *fields)
+        self._data += self.ENTRY.pack(*fields)
         self._entries += 1
         return True
 
@@ -127,23 +136,23 @@ class AbstractIndex:
         self._load()
 
     def flush(self) -> None:
-        if self._mm is not None and self._writable:
-            self._mm.flush()
+        """Nothing to do: the active index is rebuilt from the log after a crash; seal() writes it."""
 
     def seal(self) -> None:
-        """Flush, trim the file to its real entries, fsync, and become read-only (mapped again lazily)."""
+        """Write the entries to the file (trimmed), fsync, and become read-only (mapped again lazily)."""
         if not self._writable:
             return
         self._ensure()
-        entries = self._entries
-        self.flush()
-        self._unmap()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        data = self._data
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, entries * self.ENTRY.size)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
             os.fsync(fd)
         finally:
             os.close(fd)
+        self._unmap()
         self._writable = False
 
     def close(self) -> None:

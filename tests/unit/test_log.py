@@ -398,10 +398,26 @@ def test_leader_epoch_cache_follows_appends(tmp_path):
     append(log, batch(2), epoch=0)
     append(log, batch(1), epoch=3)
     assert log.leader_epoch_cache.entries == [(0, 0), (3, 4)]
+    assert not (d / "leader-epoch-checkpoint").exists()             # written on roll, flush or close, not per append
+    log.roll()
     assert (d / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 4\n"
     assert log.leader_epoch_cache.end_offset_for(0, log.log_end_offset) == (0, 4)
     assert log.leader_epoch_cache.end_offset_for(3, log.log_end_offset) == (3, 5)
     assert read_header(log.read(4, 100)[0]).partition_leader_epoch == 3
+
+
+def test_epochs_not_yet_checkpointed_survive_a_crash(tmp_path):
+    """An epoch assigned since the last checkpoint starts in the active segment, which recovery rescans."""
+    d = tmp_path / "t-0"
+    log = Log(d, LogConfig())
+    append(log, batch(2), epoch=0)
+    log.roll()                                                       # checkpoint: [(0, 0)]
+    append(log, batch(2), epoch=0)
+    append(log, batch(1), epoch=5)                                   # only in memory
+    log.active_segment.flush()                                       # the data is on disk, the checkpoint is not
+    reopened = Log(d, LogConfig(), clean_shutdown=False)             # kill -9: no close()
+    assert reopened.leader_epoch_cache.entries == [(0, 0), (5, 4)]
+    assert reopened.end_offset_for_epoch(0) == (0, 4)
 
 
 def test_batch_larger_than_segment_is_rejected(tmp_path):

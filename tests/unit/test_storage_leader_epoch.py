@@ -11,7 +11,9 @@ def test_assign_and_checkpoint_format(tmp_path):
     assert c.latest_epoch() is None and not (tmp_path / "leader-epoch-checkpoint").exists()
     assert c.assign(0, 0) and not c.assign(0, 10)                 # same epoch later: no-op
     assert c.assign(2, 10) and c.assign(5, 30)
-    assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n0 0\n2 10\n5 30\n"
+    assert c.dirty and not (tmp_path / "leader-epoch-checkpoint").exists()   # the log flushes it (roll, close)
+    c.flush()
+    assert not c.dirty and (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n0 0\n2 10\n5 30\n"
     assert not list(tmp_path.glob("*.tmp"))
     assert LeaderEpochFileCache(tmp_path).entries == c.entries
     # A conflicting assignment drops entries with a larger/equal epoch or start offset.
