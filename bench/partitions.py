@@ -1,0 +1,257 @@
+"""Many partitions: throughput with 1, 100 and 1,000 busy partitions while 10,000 idle ones are present, Strata
+against the null broker in one run; broker CPU per MB, resident memory per idle partition, start-up after a clean
+shutdown and after kill -9.
+
+For each broker (Strata and the null broker, alternating by round), a fresh process with an empty log dir:
+
+1. idle     create a topic of --idle partitions and write one 100-byte record to each (so each has a segment,
+            indexes, producer and epoch state), then read the broker's resident memory (VmRSS) before and after:
+            (after - before) / --idle is the memory an idle partition costs.
+2. busy     for each count in --counts, a topic of that many partitions: produce --messages records of --size bytes
+            round-robin over its partitions with confluent-kafka (linger.ms=5, batch.size=1 MiB, acks=1; the
+            produce phase of bench/produce_fetch.py), then fetch them all back (its fetch phase); throughput and the
+            broker's CPU time per MB.
+3. restart  (Strata only) SIGTERM, then start again over the same log dir: seconds until the broker listens and
+            until a Metadata request lists every partition; then the same after kill -9 (unclean: the broker's
+            own "loaded N partitions in X s" line says how long opening the logs took).
+
+    .venv/bin/python bench/partitions.py --messages 50000 --idle 1000       # smoke test
+    .venv/bin/python bench/partitions.py --write                            # full run, updates docs/benchmarks.md
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from benchdoc import write_results
+from produce_fetch import (BrokerProc, cpu_seconds, create_topic, fetch_phase, machine_busy_seconds,
+                           produce_phase, wait_for_quiet)
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- partitions:results:begin -->", "<!-- partitions:results:end -->"
+KINDS = ("strata", "null")
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def wait_partitions(bootstrap: str, topic: str, count: int, timeout: float = 120) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(topic, timeout=10)
+            t = md.topics.get(topic)
+            if t is not None and t.error is None and len(t.partitions) == count:
+                return
+        except Exception:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{topic} did not show {count} partitions")
+
+
+def fill_idle(bootstrap: str, topic: str, partitions: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": 1, "log_level": 4})
+    value = b"i" * 100
+    for i in range(partitions):
+        while True:
+            try:
+                p.produce(topic, value, partition=i)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(120):
+        raise TimeoutError("idle records undelivered")
+
+
+def measure_busy(b: BrokerProc, count: int, args) -> dict:
+    topic = f"busy-{count}"
+    create_topic(b.bootstrap, topic, count)
+    wait_partitions(b.bootstrap, topic, count)
+    out = {}
+    for phase, fn in (("produce", produce_phase), ("fetch", fetch_phase)):
+        c0, m0, t0 = cpu_seconds(b.pid), machine_busy_seconds(), time.perf_counter()
+        r = fn(b.bootstrap, topic, args.messages, args.size, count, args.phase_timeout)
+        wall = time.perf_counter() - t0
+        cpu = cpu_seconds(b.pid) - c0
+        r["broker_cpu"] = cpu / wall
+        r["cpu_ms_per_mb"] = 1000 * cpu / (args.messages * args.size / 1e6)
+        r["other_cpu"] = max(0.0, machine_busy_seconds() - m0 - cpu) / wall
+        out[phase] = r
+    return out
+
+
+def timed_start(b: BrokerProc, topics: dict[str, int]) -> tuple[float, float]:
+    """(seconds until the port listens, seconds until Metadata lists every partition of `topics`)."""
+    t0 = time.perf_counter()
+    b.start(timeout=300)
+    listening = time.perf_counter() - t0
+    for topic, n in topics.items():
+        wait_partitions(b.bootstrap, topic, n, timeout=300)
+    return listening, time.perf_counter() - t0
+
+
+def loaded_line(log_text: str) -> str:
+    found = re.findall(r"loaded (\d+) partitions in ([\d.]+)s \((clean|unclean) shutdown\)", log_text)
+    return f"{found[-1][0]} partitions in {found[-1][1]} s ({found[-1][2]})" if found else "?"
+
+
+def run_one(kind: str, rnd: int, args) -> dict:
+    if args.settle > 0:
+        wait_for_quiet(args.settle)
+    b = BrokerProc(kind).start(timeout=120)
+    res: dict = {"broker": kind, "round": rnd, "busy": {}}
+    try:
+        rss0 = rss_bytes(b.pid)
+        create_topic(b.bootstrap, "idle", args.idle)
+        wait_partitions(b.bootstrap, "idle", args.idle, timeout=300)
+        fill_idle(b.bootstrap, "idle", args.idle)
+        time.sleep(1)
+        res["rss_per_idle"] = (rss_bytes(b.pid) - rss0) / args.idle
+        res["rss_base"] = rss0
+        for count in args.counts:
+            res["busy"][count] = measure_busy(b, count, args)
+        if kind == "strata" and args.restarts:
+            topics = {"idle": args.idle, **{f"busy-{c}": c for c in args.counts}}
+            b.proc.send_signal(signal.SIGTERM)
+            b.proc.wait(120)
+            b._log.close()
+            res["clean_start"] = timed_start(b, topics)
+            res["clean_loaded"] = loaded_line(b.log_path.read_text(errors="replace"))
+            b.proc.send_signal(signal.SIGKILL)
+            b.proc.wait()
+            b._log.close()
+            res["unclean_start"] = timed_start(b, topics)
+            res["unclean_loaded"] = loaded_line(b.log_path.read_text(errors="replace"))
+            res["rss_after_restart_per_partition"] = rss_bytes(b.pid) / (args.idle + sum(args.counts))
+    finally:
+        log_text = b.stop()
+    if "Traceback" in log_text:
+        print(f"WARNING: {kind} broker logged a traceback:\n{log_text[-3000:]}", file=sys.stderr)
+    return res
+
+
+def med(values) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def summarise(results: list[dict], counts: list[int]) -> dict:
+    out: dict = {}
+    for kind in KINDS:
+        rs = [r for r in results if r["broker"] == kind]
+        if not rs:
+            continue
+        k = out[kind] = {"rss_per_idle": med(r["rss_per_idle"] for r in rs), "busy": {}}
+        for c in counts:
+            k["busy"][c] = {f"{ph}_{key}": med(r["busy"][c][ph][key] for r in rs)
+                            for ph in ("produce", "fetch") for key in ("mb_s", "cpu_ms_per_mb", "broker_cpu")}
+        for key in ("clean_start", "unclean_start"):
+            vals = [r[key] for r in rs if key in r]
+            if vals:
+                k[key] = (med(v[0] for v in vals), med(v[1] for v in vals))
+        for key in ("clean_loaded", "unclean_loaded"):
+            vals = [r[key] for r in rs if key in r]
+            if vals:
+                k[key] = vals[-1]
+    return out
+
+
+def report(summary: dict, args, wall: float) -> str:
+    lines = []
+    base = {kind: summary[kind]["busy"][args.counts[0]] for kind in KINDS if kind in summary}
+    lines.append("| Broker | Partitions | Produce MB/s | of 1 partition | CPU ms/MB produce | Fetch MB/s | of 1 "
+                 "partition | CPU ms/MB fetch |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for kind in KINDS:
+        if kind not in summary:
+            continue
+        for c in args.counts:
+            m = summary[kind]["busy"][c]
+            b0 = base[kind]
+            lines.append(f"| {'Strata' if kind == 'strata' else 'null broker'} | {c:,} | {m['produce_mb_s']:.1f} | "
+                         f"{m['produce_mb_s'] / b0['produce_mb_s']:.2f} | {m['produce_cpu_ms_per_mb']:.2f} | "
+                         f"{m['fetch_mb_s']:.1f} | {m['fetch_mb_s'] / b0['fetch_mb_s']:.2f} | "
+                         f"{m['fetch_cpu_ms_per_mb']:.2f} |")
+    lines.append("")
+    if "strata" in summary and "null" in summary:
+        s, z = summary["strata"]["busy"], summary["null"]["busy"]
+        ratios = ", ".join(f"{c:,}: produce {s[c]['produce_mb_s'] / z[c]['produce_mb_s']:.2f}, fetch "
+                           f"{s[c]['fetch_mb_s'] / z[c]['fetch_mb_s']:.2f}" for c in args.counts)
+        cpu = ", ".join(f"{c:,}: {s[c]['produce_cpu_ms_per_mb'] / z[c]['produce_cpu_ms_per_mb']:.2f}x"
+                        for c in args.counts)
+        lines.append(f"Strata / null throughput by partition count: {ratios}.")
+        lines.append(f"Strata's broker CPU per produced MB over the null broker's: {cpu}.")
+    for kind in KINDS:
+        if kind in summary:
+            lines.append(f"Resident memory per idle partition ({kind}): "
+                         f"{summary[kind]['rss_per_idle'] / 1024:.1f} KiB.")
+    st = summary.get("strata", {})
+    if "clean_start" in st:
+        n = args.idle + sum(args.counts)
+        lines.append(f"Start-up with {n:,} partitions after a clean shutdown: listening after "
+                     f"{st['clean_start'][0]:.1f} s, every partition in Metadata after {st['clean_start'][1]:.1f} s "
+                     f"(broker: {st['clean_loaded']}). After kill -9: {st['unclean_start'][0]:.1f} s / "
+                     f"{st['unclean_start'][1]:.1f} s (broker: {st['unclean_loaded']}).")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--counts", default="1,100,1000", help="busy partition counts (1,100,1000)")
+    ap.add_argument("--idle", type=int, default=10_000, help="idle partitions present meanwhile (10000)")
+    ap.add_argument("--messages", type=int, default=200_000, help="messages per busy phase (200000)")
+    ap.add_argument("--size", type=int, default=1024, help="value size in bytes (1024)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds per broker; medians are reported (1)")
+    ap.add_argument("--only", choices=KINDS, help="one broker only")
+    ap.add_argument("--no-restarts", dest="restarts", action="store_false", help="skip the start-up timings")
+    ap.add_argument("--phase-timeout", type=float, default=600.0)
+    ap.add_argument("--settle", type=float, default=20.0, help="wait up to this long for an idle machine (20)")
+    ap.add_argument("--write", action="store_true", help=f"replace the results block of {DOC.relative_to(ROOT)}")
+    ap.add_argument("--json", metavar="PATH")
+    args = ap.parse_args()
+    args.counts = [int(c) for c in args.counts.split(",")]
+    kinds = (args.only,) if args.only else KINDS
+    t0 = time.monotonic()
+    results = []
+    for rnd in range(args.rounds):
+        for kind in (kinds if rnd % 2 == 0 else kinds[::-1]):
+            r = run_one(kind, rnd, args)
+            results.append(r)
+            print(json.dumps(r, default=str), flush=True)
+    summary = summarise(results, args.counts)
+    wall = time.monotonic() - t0
+    text = report(summary, args, wall)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, "summary": summary}, indent=1, default=str))
+    if args.write:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+        block = (f"{BEGIN}\n_Generated by `bench/partitions.py --write`; rerun it to replace this block._\n\n"
+                 f"**Run:** {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, `python bench/partitions.py "
+                 f"{' '.join(sys.argv[1:])}`, {wall:.0f} s; Strata at {commit}; {args.messages:,} x {args.size} B "
+                 f"messages per phase, {args.idle:,} idle partitions present.\n\n{text}\n{END}")
+        write_results(DOC, BEGIN, END, block, "## Many partitions\n\n", before="## Log cleaner")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
