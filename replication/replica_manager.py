@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 
 from replication.partition import Partition
 from storage.cleaner.log_cleaner import LogCleaner
+from storage.log.files import deferred_fsyncs
 from storage.log.log import Log
 
 log = logging.getLogger("strata.replica_manager")
@@ -45,8 +46,9 @@ class ReplicaManager:
         clean = marker.exists()
         t0 = time.monotonic()
         for t in self.topics.topics():
+            cfg = self.config.log_config(t.configs)
             for p in range(t.partitions):
-                self._open(t, p, clean)
+                self._open(t, p, cfg, clean)
         # Any crash from here on must be treated as unclean.
         marker.unlink(missing_ok=True)
         log.info("loaded %d partitions in %.2fs (%s shutdown)", len(self.partitions), time.monotonic() - t0,
@@ -65,14 +67,15 @@ class ReplicaManager:
             task.cancel()
         if self.cleaner is not None:
             self.cleaner.stop()
-        for part in self.partitions.values():
-            part.log.close()
+        t0 = time.monotonic()
+        with deferred_fsyncs():          # one sync(2) instead of ~7 fsyncs per log (storage/log/files.py)
+            for part in self.partitions.values():
+                part.log.close()
         (self.log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
-        log.info("logs closed cleanly")
+        log.info("closed %d logs cleanly in %.2fs", len(self.partitions), time.monotonic() - t0)
 
     # ---- partitions ------------------------------------------------------------------------------------------
-    def _open(self, t, p: int, clean: bool = False) -> Partition:
-        cfg = self.config.log_config(t.configs)
+    def _open(self, t, p: int, cfg, clean: bool = False) -> Partition:
         rlm = self.remote_log_manager
         plog = Log(self.log_dir / f"{t.name}-{p}", cfg, clean_shutdown=clean,
                    remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg))
@@ -84,8 +87,9 @@ class ReplicaManager:
         return self.partitions.get((topic, index))
 
     def add_partitions(self, t, old_count: int) -> None:
+        cfg = self.config.log_config(t.configs)
         for p in range(old_count, t.partitions):
-            self._open(t, p)
+            self._open(t, p, cfg)
         if self.remote_log_manager is not None:
             self.remote_log_manager.on_topic_created(t)
 

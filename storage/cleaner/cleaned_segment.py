@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 
 from protocol.record_batch import iter_batches
-from storage.log.leader_epoch import fsync_dir
+from storage.log.files import fsync_dir
 from storage.log.log_segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, file_name
 
 log = logging.getLogger("strata.log_cleaner")

@@ -46,7 +46,7 @@ from protocol.record_batch import (
 )
 from protocol.records import CorruptRecordError, _varint, scan_records
 from storage.cleaner.cleaned_segment import SWAP_SUFFIX, _CleanedSegment
-from storage.log.leader_epoch import fsync_dir
+from storage.log.files import fsync_dir
 from storage.log.log_segment import INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment, file_name
 
 # Broker settings with Kafka's names and defaults (broker.config.BROKER_DEFAULTS includes them).

@@ -40,7 +40,7 @@ from typing import Callable, Iterable
 
 from storage.cleaner.cleaner import (LONG_MAX, _MB, Cleaner, CleanerConfig, CleanerStats, CleaningTask, LogToClean, _Aborted,
                              _LogChanged)
-from storage.log.leader_epoch import write_atomically
+from storage.log.files import write_atomically
 
 log = logging.getLogger("strata.log_cleaner")
 

@@ -12,9 +12,10 @@ the active segment and re-learns epochs from its batch headers. Truncations are 
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import NamedTuple
+
+from storage.log.files import write_atomically
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -25,30 +26,6 @@ _VERSION = 0
 class EpochEntry(NamedTuple):
     epoch: int
     start_offset: int
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write a small file so that a crash leaves either the old or the new content, never a mix."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class LeaderEpochFileCache:

@@ -11,6 +11,7 @@ Everything is synchronous and single-threaded (the broker calls it from its even
 from __future__ import annotations
 
 import bisect
+import os
 import shutil
 import struct
 import time
@@ -21,7 +22,8 @@ from typing import Callable
 from protocol.errors import ErrorCode
 from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, set_log_append_time
 from storage.cleaner.cleaned_segment import complete_interrupted_swaps
-from storage.log.leader_epoch import LeaderEpochFileCache, fsync_dir, write_atomically
+from storage.log.files import fsync_dir, write_atomically
+from storage.log.leader_epoch import LeaderEpochFileCache
 from storage.log.log_config import LogConfig
 from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
 from storage.log.producer_state import ProducerAppendInfo, ProducerStateManager
@@ -89,15 +91,22 @@ class Log:
     # ---- loading and recovery ----------------------------------------------------------------------------
     def _load(self, clean: bool) -> None:
         now = self._time_ms()
-        complete_interrupted_swaps(self.dir)   # a committed log cleaner swap (.swap) first: then .cleaned/.swap are strays
-        for p in list(self.dir.iterdir()):
-            if p.name.endswith(_STRAY_SUFFIXES):
-                p.unlink(missing_ok=True)
-        bases = sorted(int(p.name[:20]) for p in self.dir.glob("*" + LOG_SUFFIX)
-                       if len(p.name) == 20 + len(LOG_SUFFIX) and p.name[:20].isdigit())
-        for p in self.dir.iterdir():     # indexes whose .log is gone (crash mid-delete)
-            if p.suffix in (".index", ".timeindex", ".txnindex") and p.stem.isdigit() and int(p.stem) not in bases:
-                p.unlink(missing_ok=True)
+        # One directory listing (a broker opens thousands of logs at start-up: per-file pathlib globbing was most of
+        # the time). A committed log cleaner swap (.swap) is completed first; then .cleaned/.swap are strays.
+        names = os.listdir(self.dir)
+        if any(n.endswith(".swap") for n in names):
+            complete_interrupted_swaps(self.dir)
+            names = os.listdir(self.dir)
+        for n in names:
+            if n.endswith(_STRAY_SUFFIXES):
+                os.unlink(os.path.join(self.dir, n))
+        bases = sorted(int(n[:20]) for n in names
+                       if len(n) == 20 + len(LOG_SUFFIX) and n.endswith(LOG_SUFFIX) and n[:20].isdigit())
+        present = set(bases)
+        for n in names:                  # indexes whose .log is gone (crash mid-delete)
+            stem, dot, suffix = n.partition(".")
+            if suffix in ("index", "timeindex", "txnindex") and stem.isdigit() and int(stem) not in present:
+                os.unlink(os.path.join(self.dir, n))
         ckpt_start = self._read_log_start_offset()
         interval = self.config.index_interval_bytes
         isize = min(self.config.segment_index_bytes, INT32_MAX)
@@ -537,7 +546,7 @@ class Log:
             self._set_log_start_offset(first)
         return len(doomed)
 
-    # ---- compaction (storage/cleaner.py) ---------------------------------------------------------------
+    # ---- compaction (storage/cleaner/) ------------------------------------------------------------------
     def replace_segments(self, old: list[LogSegment], install: Callable[[], LogSegment]) -> bool:
         """Swap `old`, consecutive sealed segments of this log, for the one segment `install()` puts on disk and
         opens (the log cleaner's swap). Runs on the event loop like every mutator. Returns False, doing nothing,

@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 from protocol.record_batch import (
     HEADER_SIZE, LOG_OVERHEAD, BatchHeader, compute_crc, iter_batches, read_header,
 )
+from storage.log import files
 from storage.log.offset_index import OffsetIndex
 from storage.log.time_index import NO_TIMESTAMP, TimeIndex
 
@@ -407,7 +408,7 @@ class LogSegment:
         self.time_index.seal()
         self._unmap()
         os.ftruncate(self._fd, self.size)
-        os.fsync(self._fd)
+        files.fsync(self._fd)
         os.close(self._fd)
         self._fd = None
         self._file_len = self.size

@@ -21,6 +21,8 @@ import os
 import struct
 from pathlib import Path
 
+from storage.log import files
+
 
 class AbstractIndex:
     """An mmapped array of fixed-size entries sorted on every column; subclasses define the entry."""
@@ -149,7 +151,7 @@ class AbstractIndex:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            files.fsync(fd)
         finally:
             os.close(fd)
         self._unmap()

@@ -22,7 +22,7 @@ from pathlib import Path
 import crc32c
 
 from protocol.record_batch import BatchHeader
-from storage.log.leader_epoch import write_atomically
+from storage.log.files import write_atomically
 from protocol.errors import ErrorCode
 
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -191,12 +191,13 @@ class ProducerStateManager:
 
     # ---- snapshots ---------------------------------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:
-        out = []
-        for p in self.dir.glob("*" + SNAPSHOT_SUFFIX):
-            stem = p.name[:-len(SNAPSHOT_SUFFIX)]
-            if len(stem) == 20 and stem.isdigit():
-                out.append(int(stem))
-        return sorted(out)
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        n = len(SNAPSHOT_SUFFIX)
+        return sorted(int(name[:-n]) for name in names
+                      if len(name) == 20 + n and name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit())
 
     def take_snapshot(self, offset: int) -> Path:
         """Write the state as of log offset `offset` (everything below it applied); keeps a few latest."""
