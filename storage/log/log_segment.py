@@ -1,12 +1,15 @@
 """One segment of a partition log: a `.log` file of whole record batches plus its two sparse indexes.
 
-Kafka's LogSegment, with one deliberate difference: the ACTIVE segment is written through a shared mmap
-instead of write(2). The file is grown in chunks (reserved with posix_fallocate where the filesystem
-supports it, so a full disk fails the append with ENOSPC instead of killing the process with SIGBUS on a
-page fault), the logical size is kept in memory, and the file is trimmed to it when the segment is sealed
-(rolled or closed). A crash therefore leaves a zero-filled tail, which recovery treats as a partial batch.
+Kafka's LogSegment. The ACTIVE segment is written with pwrite(2) into a file grown in chunks (reserved with
+posix_fallocate where the filesystem supports it, so a full disk fails the append with ENOSPC), the logical size is
+kept in memory, and the file is trimmed to it when the segment is sealed (rolled or closed). A crash therefore
+leaves a zero-filled tail, which recovery treats as a partial batch. An earlier version wrote through a writable
+mmap: measured here, that cost 0.92 ms of broker CPU per produced MB against 0.72 ms with pwrite (page faults or
+MADV_POPULATE_WRITE on every fresh page), and kept every written page resident in the broker (with 1,000 busy
+partitions, hundreds of MB; docs/benchmarks.md, "Many partitions").
 
-Reads hand out zero-copy memoryview slices of the mapping. A mapping with live slices is never closed:
+Reads hand out zero-copy memoryview slices of a read-only shared mapping of the file, which sees what pwrite
+wrote (one page cache). A mapping with live slices is never closed:
 `mmap.close()` raises BufferError then, and we just drop our reference so it is unmapped when the last
 slice dies; unlinking or truncating the file does not invalidate pages below the logical size.
 """
@@ -30,17 +33,6 @@ LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX = ".log", ".index"
 
 _MIN_GROW = 256 * 1024
 _MAX_GROW = 16 * 1024 * 1024
-# Fault fresh pages in one madvise call ahead of the writer instead of one page fault per 4 KiB (Linux 5.14+;
-# measured: copying 1 MiB into a fresh mapping 0.3-2.2 ms of CPU, about 0.3 ms with the pages populated first).
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
-_PREFAULT = 4 * 1024 * 1024
-# The window ahead follows the write size (16x, at most 4 MiB): a partition taking 1 MiB batches gets 4 MiB at a
-# time, one taking 1 KiB batches 16 KiB (one madvise per 16 appends), an idle one that got a 100-byte record one
-# page. A fixed 4 MiB made every written partition hold 4 MiB of populated pages ahead of its writer: with 1,000
-# partitions, gigabytes of resident memory.
-_PREFAULT_FACTOR = 16
-_PAGE = mmap.PAGESIZE
-_populate_supported = [hasattr(mmap.mmap, "madvise")]
 _OFF_LEN = struct.Struct(">qi")            # baseOffset, batchLength
 _I32 = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
@@ -77,7 +69,6 @@ class LogSegment:
         self.size = self._file_len              # logical size; the Log fixes it for the active segment on load
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
-        self._populated = 0                     # bytes of the current mapping already faulted in for writing
         self._next_offset: int | None = None    # computed lazily for sealed segments
         self._max_ts: int | None = None         # lazily from the time index's last entry
         self._offset_of_max_ts = base_offset
@@ -104,7 +95,7 @@ class LogSegment:
             if self.active:
                 if self._file_len == 0:
                     return None
-                self._mm = mmap.mmap(self._fd, self._file_len)
+                self._mm = mmap.mmap(self._fd, self._file_len, access=mmap.ACCESS_READ)
             else:
                 if self.size == 0:
                     return None
@@ -117,7 +108,6 @@ class LogSegment:
         return self._view
 
     def _unmap(self) -> None:
-        self._populated = 0
         if self._view is not None:
             try:
                 self._view.release()
@@ -188,11 +178,9 @@ class LogSegment:
         start = pos = self.size
         n = len(data)
         self._ensure_capacity(pos + n, segment_bytes)
-        if self._mm is None:
-            self._map()
-        if pos + n > self._populated:
-            self._prefault(pos, pos + n)
-        self._mm[pos:pos + n] = data
+        view, written = memoryview(data), 0
+        while written < n:                       # pwrite may write less than asked (signals, huge writes)
+            written += os.pwrite(self._fd, view[written:], pos + written)
         for h in headers:
             self._on_batch(h, pos, index_interval_bytes)
             pos += h.size
@@ -200,16 +188,6 @@ class LogSegment:
         if self.rolling_base_ms is None:
             self.rolling_base_ms = now_ms
         return start
-
-    def _prefault(self, pos: int, upto: int) -> None:
-        start = max(self._populated, pos) // _PAGE * _PAGE
-        end = min(self._file_len, max(upto, start + min(_PREFAULT, _PREFAULT_FACTOR * (upto - pos))))
-        if _populate_supported[0] and end > start:
-            try:
-                self._mm.madvise(_MADV_POPULATE_WRITE, start, end - start)
-            except (OSError, ValueError):
-                _populate_supported[0] = False   # older kernel: plain page faults
-        self._populated = end
 
     def _on_batch(self, h: BatchHeader, pos: int, index_interval_bytes: int) -> None:
         """Index bookkeeping for one batch at `pos` (as Kafka: entry for a batch once interval bytes passed)."""
