@@ -1,18 +1,27 @@
-"""A schema-driven walk over a request body: bounds checks before kio sees it, and removal of unknown tagged fields.
+"""A schema-driven walk over a request body: bounds and nullability checks before kio sees it, and removal of unknown
+tagged fields.
 
 kio's native reader allocates an array's capacity from the declared length before reading it, so a 5-byte varint
 claiming billions of elements aborts the whole process. `check_structure` walks the bytes against the kio schema
 first and rejects any length that cannot fit in the frame. It also reports unknown tagged fields, which kio raises
 KeyError on although Kafka says a receiver skips them; `strip_unknown_tags` copies the message without them.
+
+It is also where a request is checked against the schema's nullability: kio decodes a null (length -1) into None
+whatever the field says, so a mutated frame with a null where Kafka's schema does not allow one reached the handlers
+and failed there with TypeError (logged as internal errors). Kafka's generated readers refuse such a message
+("non-nullable field ... was serialized as null"), and so does this walk, as it refuses lengths below -1. A handler
+therefore only sees requests that are well formed.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import fields
 from functools import cache
+from types import NoneType, UnionType
+from typing import Union, get_args, get_origin
 
 from kio.serial._introspect import (EntityField, EntityTupleField, classify_field, get_field_tag,
-                                    get_schema_field_type)
+                                    get_schema_field_type, is_optional)
 
 from protocol import wire
 
@@ -39,9 +48,15 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
         raise StructureError(str(e)) from None
 
 
+def _nullable(f) -> bool:
+    """The field itself may be null (`X | None`); for an array, the array (not its elements)."""
+    return get_origin(f.type) in (UnionType, Union) and NoneType in get_args(f.type)
+
+
 @cache
 def _plan(schema, is_header: bool):
-    """Per schema: the untagged fields in order (kind, kafka type, nested schema, legacy-string flag) and the known tags."""
+    """Per schema: the untagged fields in order (kind, kafka type, nested schema, legacy-string flag, name, whether
+    the field may be null, whether an array's elements may be null) and the known tags."""
     flexible = bool(schema.__flexible__)
     items, tags = [], {}
     for f in fields(schema):
@@ -50,14 +65,19 @@ def _plan(schema, is_header: bool):
             tags[int(tag)] = f
             continue
         cls = classify_field(f)
+        name = f"{schema.__name__}.{f.name}"
         if isinstance(cls, EntityTupleField):
-            items.append((_ENTITY_ARRAY, None, cls.type_, False))
+            items.append((_ENTITY_ARRAY, None, cls.type_, False, name, _nullable(f), False))
         elif isinstance(cls, EntityField):
-            items.append((_NULLABLE_ENTITY if f.default is None else _ENTITY, None, cls.type_, False))
+            items.append((_NULLABLE_ENTITY if f.default is None else _ENTITY, None, cls.type_, False, name, True,
+                          False))
         else:
             kind = get_schema_field_type(f)
             legacy = is_header and f.name == "client_id"
-            items.append((_PRIM_ARRAY if cls.is_array else _PRIM, kind, None, legacy))
+            if cls.is_array:
+                items.append((_PRIM_ARRAY, kind, None, legacy, name, _nullable(f), is_optional(f)))
+            else:
+                items.append((_PRIM, kind, None, legacy, name, is_optional(f) or legacy, False))
     return flexible, tuple(items), frozenset(tags)
 
 
@@ -85,7 +105,8 @@ def _length(buf, pos: int, flexible: bool, width_legacy: struct.Struct) -> tuple
     return n, pos + width_legacy.size
 
 
-def _skip_primitive(kind: str, flexible: bool, buf, pos: int, legacy_string: bool) -> int:
+def _skip_primitive(kind: str, flexible: bool, buf, pos: int, legacy_string: bool, nullable: bool = True,
+                    name: str = "") -> int:
     size = _FIXED.get(kind)
     if size is not None:
         end = pos + size
@@ -94,6 +115,9 @@ def _skip_primitive(kind: str, flexible: bool, buf, pos: int, legacy_string: boo
             n, pos = _length(buf, pos, False, _I16)
         else:
             n, pos = _length(buf, pos, flexible, _I16 if kind == "string" else _I32)
+        if n < 0 and (n < -1 or not nullable):
+            raise StructureError(f"non-nullable field {name} was serialized as null" if n == -1 else
+                                 f"{name}: {kind} length {n} cannot be negative")
         end = pos + max(n, 0)
     else:
         raise StructureError(f"unsupported kafka type {kind}")
@@ -102,8 +126,11 @@ def _skip_primitive(kind: str, flexible: bool, buf, pos: int, legacy_string: boo
     return end
 
 
-def _array_count(buf, pos: int, flexible: bool) -> tuple[int, int]:
+def _array_count(buf, pos: int, flexible: bool, nullable: bool = True, name: str = "") -> tuple[int, int]:
     count, pos = _length(buf, pos, flexible, _I32)
+    if count < 0 and (count < -1 or not nullable):
+        raise StructureError(f"non-nullable field {name} was serialized as null" if count == -1 else
+                             f"{name}: array length {count} cannot be negative")
     if count > len(buf) - pos:  # every element takes at least one byte
         raise StructureError(f"array length {count} exceeds the {len(buf) - pos} bytes left")
     return count, pos
@@ -112,16 +139,16 @@ def _array_count(buf, pos: int, flexible: bool) -> tuple[int, int]:
 def _walk(schema, buf, pos: int, out: bytearray | None, is_header: bool) -> tuple[int, bool]:
     flexible, items, known_tags = _plan(schema, is_header)
     unknown = False
-    for kind, ktype, nested, legacy in items:
+    for kind, ktype, nested, legacy, name, nullable, elements_nullable in items:
         start = pos
         if kind == _PRIM:
-            pos = _skip_primitive(ktype, flexible, buf, pos, legacy)
+            pos = _skip_primitive(ktype, flexible, buf, pos, legacy, nullable, name)
         elif kind == _PRIM_ARRAY:
-            count, pos = _array_count(buf, pos, flexible)
+            count, pos = _array_count(buf, pos, flexible, nullable, name)
             for _ in range(max(count, 0)):
-                pos = _skip_primitive(ktype, flexible, buf, pos, False)
+                pos = _skip_primitive(ktype, flexible, buf, pos, False, elements_nullable, name)
         elif kind == _ENTITY_ARRAY:
-            count, pos = _array_count(buf, pos, flexible)
+            count, pos = _array_count(buf, pos, flexible, nullable, name)
             if out is not None:
                 out += buf[start:pos]
             for _ in range(max(count, 0)):

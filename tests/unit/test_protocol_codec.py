@@ -67,3 +67,26 @@ def test_fetch_session_cache_epochs_and_eviction():
     c = cache.new_session()                      # evicts the least recently used (b)
     assert cache.lookup(b.session_id, 1) == (None, ErrorCode.fetch_session_id_not_found)
     assert cache.lookup(c.session_id, 1)[0] is c
+
+
+def test_nulls_where_the_schema_forbids_them_are_malformed():
+    """kio decodes a -1 length into None whatever the schema says; the structure walk refuses it as Kafka's
+    generated readers do, so handlers never see None in a non-nullable field."""
+    import struct
+
+    from protocol import kio_codec
+    from protocol.wire import MalformedRequest
+
+    def decode(api, version, body):
+        return kio_codec.decode_request(api, version, memoryview(body).toreadonly(), 0)
+
+    v2_head = struct.pack(">h", 1) + b"g" + struct.pack(">i", 1) + struct.pack(">h", 1) + b"m" + struct.pack(">q", -1)
+    for api, version, body, field in (
+            (8, 8, b"\x02g" + struct.pack(">i", 1) + b"\x02m" + b"\x00" + b"\x00" + b"\x00", "topics"),   # compact
+            (8, 2, v2_head + struct.pack(">i", -1), "topics"),                                              # classic
+            (8, 2, v2_head + struct.pack(">i", -7), "topics")):                                             # < -1
+        with pytest.raises(MalformedRequest, match=field):
+            decode(api, version, body)
+    # a nullable field may be null: group_instance_id (v8) and a legitimately empty topics array
+    ok = decode(8, 8, b"\x02g" + struct.pack(">i", 1) + b"\x02m" + b"\x00" + b"\x01" + b"\x00")
+    assert ok.group_instance_id is None and ok.topics == ()

@@ -1,0 +1,207 @@
+"""Requests recorded from real clients, replayed with random corruption: the broker never logs an internal error.
+
+A recording proxy sits between the clients and a broker that advertises the proxy's port, so every request of a
+confluent-kafka admin/producer/consumer-group workload and a kafka-python one passes through it and is kept. Each
+recorded request is then sent straight to the broker many times with seeded corruption (bit flips, -1 and huge
+lengths, zeroed bytes, truncation, trailing garbage). Whatever the broker makes of a mutated request (a Kafka error,
+a clean close, or a valid but different request), its log must not show a Traceback or an internal error, and it
+must still serve real clients afterwards. The seed is fixed, so a failure reproduces; set STRATA_MUTATION_SEED to
+explore others.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import socket
+import socketserver
+import struct
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
+
+from tests.conftest import free_port
+from tests.integration.helpers import admin_client, producer, produce_all, records, wait_until
+
+pytestmark = pytest.mark.integration
+
+I32 = struct.Struct(">i")
+SEED = int(os.environ.get("STRATA_MUTATION_SEED", "20261125"))
+EXAMPLES_PER_API = 3          # distinct recorded requests kept per (api key, version)
+MUTATIONS_PER_REQUEST = 300
+
+
+class RecordingProxy(socketserver.ThreadingTCPServer):
+    """Forwards 127.0.0.1:<port> to the broker and keeps every client->broker request frame."""
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, target: tuple[str, int], port: int):
+        self.target = target
+        self.frames: list[bytes] = []
+        self.lock = threading.Lock()
+        super().__init__(("127.0.0.1", port), _Pipe)
+
+
+class _Pipe(socketserver.BaseRequestHandler):
+    def handle(self):
+        upstream = socket.create_connection(self.server.target)
+        client = self.request
+
+        def back():
+            try:
+                while data := upstream.recv(65536):
+                    client.sendall(data)
+            except OSError:
+                pass
+            finally:
+                client.close()
+        threading.Thread(target=back, daemon=True).start()
+        buf = bytearray()
+        try:
+            while data := client.recv(65536):
+                upstream.sendall(data)
+                buf += data
+                while len(buf) >= 4 and len(buf) >= 4 + I32.unpack_from(buf)[0]:
+                    n = I32.unpack_from(buf)[0]
+                    with self.server.lock:
+                        self.server.frames.append(bytes(buf[4:4 + n]))
+                    del buf[:4 + n]
+        except OSError:
+            pass
+        finally:
+            upstream.close()
+
+
+def _workload(bootstrap: str, topic: str) -> None:
+    """What real clients send: admin, idempotent produce, a consumer group committing, with both libraries."""
+    admin = admin_client(bootstrap)
+    for f in admin.create_topics([NewTopic(topic, 2, 1), NewTopic(topic + "-c", 1, 1,
+                                                                    config={"cleanup.policy": "compact"})]).values():
+        f.result(15)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])[
+        ConfigResource(ConfigResource.Type.TOPIC, topic)].result(15)
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(15)
+    p = producer(bootstrap, enable_idempotence=True)
+    produce_all(p, topic, [(f"k{i}".encode(), f"v{i}".encode(), [("h", b"x")]) for i in range(20)])
+    produce_all(p, topic + "-c", [(b"key", b"value")])
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-g", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "broker.address.family": "v4"})
+    c.subscribe([topic])
+    got = []
+    wait_until(lambda: got.extend(records(c.consume(50, 1))) or len(got) >= 20, what="20 records")
+    c.commit(asynchronous=False)
+    c.committed([TopicPartition(topic, 0)], timeout=10)
+    c.close()
+    admin.list_consumer_groups(request_timeout=10).result(15)
+    admin.describe_consumer_groups([f"{topic}-g"])[f"{topic}-g"].result(15)
+
+    from kafka import KafkaConsumer, KafkaProducer
+    kp = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i in range(5):
+        kp.send(topic, key=b"kp", value=f"kp{i}".encode())
+    kp.flush(15)
+    kp.close()
+    kc = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"{topic}-kp", auto_offset_reset="earliest",
+                       consumer_timeout_ms=5000, enable_auto_commit=False)
+    n = 0
+    for _ in kc:
+        n += 1
+        if n >= 25:
+            break
+    kc.commit()
+    kc.close()
+    admin.delete_topics([topic + "-c"])[topic + "-c"].result(15)
+
+
+def _mutate(rng: random.Random, frame: bytes) -> bytes:
+    b = bytearray(frame)
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.randrange(6)
+        # mostly the body: the 8-byte api key/version/correlation prefix has its own tests (test_bad_input.py)
+        lo = 8 if len(b) > 8 and rng.random() < 0.9 else 0
+        if not b:
+            b += bytes([rng.randrange(256)])
+            continue
+        i = rng.randrange(lo, len(b)) if lo < len(b) else rng.randrange(len(b))
+        if kind == 0:
+            b[i] ^= 1 << rng.randrange(8)
+        elif kind == 1:                                  # a -1 length: null where it may not be
+            w = rng.choice((1, 2, 4))
+            b[i:i + w] = b"\xff" * w
+        elif kind == 2:                                  # a huge length or count
+            w = rng.choice((2, 4))
+            b[i:i + w] = b"\x7f" + b"\xff" * (w - 1)
+        elif kind == 3:
+            b[i] = 0
+        elif kind == 4:
+            del b[i:]
+        else:
+            b += bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+    return bytes(b)
+
+
+def test_mutated_client_requests_never_cause_internal_errors(make_broker, topic_name):
+    proxy_port = free_port()
+    b = make_broker({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}",
+                     "group.initial.rebalance.delay.ms": "0"})
+    proxy = RecordingProxy(("127.0.0.1", b.port), proxy_port)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        _workload(f"127.0.0.1:{proxy_port}", topic_name)
+        with proxy.lock:
+            frames = list(proxy.frames)
+        _replay_mutated(b, frames, topic_name, proxy_port)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def _replay_mutated(b, frames: list[bytes], topic_name: str, proxy_port: int) -> None:
+    by_api: dict[tuple[int, int], list[bytes]] = {}
+    for f in frames:
+        if len(f) >= 4:
+            key = struct.unpack_from(">hh", f)
+            if len(by_api.setdefault(key, [])) < EXAMPLES_PER_API and f not in by_api[key]:
+                by_api[key].append(f)
+    apis = {k for k, _ in by_api}
+    assert {0, 1, 2, 3, 8, 9, 10, 11, 14, 12, 13, 18, 19, 20, 22, 32, 37, 44} <= apis, sorted(apis)
+
+    rng = random.Random(SEED)
+    sent = 0
+    t0 = time.monotonic()
+    for examples in by_api.values():
+        for frame in examples:
+            for _ in range(MUTATIONS_PER_REQUEST):
+                data = _mutate(rng, frame)
+                with socket.create_connection(("127.0.0.1", b.port), timeout=5) as s:
+                    s.sendall(I32.pack(len(data)) + data)
+                    s.settimeout(0.02)
+                    try:
+                        s.recv(65536)       # an answer, a close, or nothing yet: all fine
+                    except (socket.timeout, ConnectionResetError):
+                        pass
+                sent += 1
+    assert b.alive(), b.log_text()[-3000:]
+    log = b.log_text()
+    bad = [line for line in log.splitlines()
+           if "Traceback" in line or "internal error" in line or re.search(r"request from .* failed", line)]
+    assert not bad, f"after {sent} mutated requests (seed {SEED}):\n" + "\n".join(bad[:20]) + "\n" + \
+        "\n".join(line for line in log.splitlines() if "Error" in line)[-4000:]
+    # and real clients are still served (through the proxy: the broker advertises its port)
+    p = producer(f"127.0.0.1:{proxy_port}")
+    [m] = produce_all(p, topic_name, [(b"after", b"mutations")], partition=0)
+    c = Consumer({"bootstrap.servers": f"127.0.0.1:{proxy_port}", "group.id": "after",
+                  "broker.address.family": "v4"})
+    c.assign([TopicPartition(topic_name, 0, m.offset())])
+    got = []
+    wait_until(lambda: got.extend(records(c.consume(10, 1))) or got, what="the record produced after mutations")
+    c.close()
+    assert got[0].value() == b"mutations"
+    print(f"{sent} mutated requests from {len(frames)} recorded in {time.monotonic() - t0:.1f}s")
