@@ -34,9 +34,10 @@ _I16 = struct.Struct(">h")
 class InvalidRecordError(Exception):
     """A batch a client sent is not acceptable; `error_code` is the Kafka error to answer with."""
 
-    def __init__(self, error_code: int, message: str):
+    def __init__(self, error_code: int, message: str, record_errors: list[tuple[int, str]] | None = None):
         super().__init__(message)
         self.error_code = error_code
+        self.record_errors = record_errors or []     # KIP-467: (batch index, message) of each refused record
 
 
 # Kafka error codes used here (kept numeric so storage does not depend on kio).

@@ -369,15 +369,19 @@ def records_section(batch, h=None) -> bytes:
         raise CorruptRecordError(f"batch at offset {h.base_offset}: {e}") from e
 
 
-def has_null_key(buf) -> bool:
-    """True if any record of the batches in `buf` has a null key (a compacted topic refuses them). Decompresses
-    and walks keys only; raises CorruptRecordError for records that do not decode."""
+def null_key_indexes(buf) -> list[int]:
+    """Indexes (within their batch, as Kafka's RecordError.batchIndex) of the records of the batches in `buf` that
+    have a null key, which a compacted topic refuses. Decompresses and walks keys only; raises CorruptRecordError
+    for records that do not decode."""
     mv = memoryview(buf)
+    out = []
     for pos, h in iter_batches(mv):
         if h.attributes & CONTROL_BIT:
             continue
         section = records_section(mv[pos:pos + h.size], h)
-        for span in scan_records(section, 0, len(section), h.records_count):
-            if span[6] is None:
-                return True
-    return False
+        out += [i for i, span in enumerate(scan_records(section, 0, len(section), h.records_count)) if span[6] is None]
+    return out
+
+
+def has_null_key(buf) -> bool:
+    return bool(null_key_indexes(buf))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from protocol.record_batch import InvalidRecordError, split_and_validate
-from protocol.records import has_null_key, recompress_batch
+from protocol.records import null_key_indexes, recompress_batch
 from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, read_array_len, read_bytes_view, read_i16, read_i32,
                            read_string, skip_tagged_fields, string)
 
@@ -63,7 +63,7 @@ def handle(broker, req):
         topic = broker.topics.get(name) if name is not None else None
         out_parts = []
         for index, records in parts:
-            msg = None
+            msg, record_errors = None, ()
             base_offset, append_time, log_start = -1, -1, -1
             part = replicas.get(name, index) if topic is not None else None
             if acks not in (-1, 0, 1):
@@ -90,13 +90,13 @@ def handle(broker, req):
                         base_offset, append_time = result.base_offset, result.log_append_time
                     log_start = result.log_start_offset
                 except InvalidRecordError as e:
-                    err, msg = e.error_code, str(e)
+                    err, msg, record_errors = e.error_code, str(e), e.record_errors
                     log_start = part.log_start_offset
                     log.info("rejected produce to %s-%d from %s: %s", name, index, req.client_id, e)
                 except OSError as e:
                     log.error("append to %s-%d failed: %s", name, index, e)
                     err, msg = KAFKA_STORAGE_ERROR, str(e)
-            out_parts.append((index, err, base_offset, append_time, log_start, msg))
+            out_parts.append((index, err, base_offset, append_time, log_start, msg, record_errors))
         out_topics.append((name, out_parts))
     if acks == 0:
         return None
@@ -107,14 +107,19 @@ _TARGET_CODEC = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 def _check_keys(records, topic: str, index: int) -> None:
-    """Kafka's LogValidator for compacted topics: every record needs a key (only these topics decode records)."""
+    """Kafka's LogValidator for compacted topics: every record needs a key (only these topics decode records). Each
+    keyless record is reported (KIP-467 record_errors), with Kafka's processRecordErrors message."""
     try:
-        missing = has_null_key(records)
+        missing = null_key_indexes(records)
     except ValueError as e:
         raise InvalidRecordError(CORRUPT_MESSAGE, f"cannot decode records: {e}") from None
     if missing:
-        raise InvalidRecordError(INVALID_RECORD,
-                                 f"Compacted topic cannot accept message without key in topic partition {topic}-{index}.")
+        why = f"Compacted topic cannot accept message without key in topic partition {topic}-{index}."
+        errors = [(i, why) for i in missing]
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        raise InvalidRecordError(INVALID_RECORD, f"One or more records have been rejected due to {len(errors)} "
+                                                 f"record errors in total, and only showing the first three errors "
+                                                 f"at most: [{shown}]", errors)
 
 
 def _recompress(records, codec: int) -> bytearray:
@@ -129,14 +134,16 @@ def encode_response(version: int, flexible: bool, topics) -> list[bytes]:
     for name, parts in topics:
         out.append(string(name, flexible))
         out.append(array_len(len(parts), flexible))
-        for index, err, base_offset, append_time, log_start, msg in parts:
+        for index, err, base_offset, append_time, log_start, msg, record_errors in parts:
             out.append(I32.pack(index) + I16.pack(err) + I64.pack(base_offset))
             if version >= 2:
                 out.append(I64.pack(append_time))
             if version >= 5:
                 out.append(I64.pack(log_start))
             if version >= 8:
-                out.append(array_len(0, flexible))                     # record_errors
+                out.append(array_len(len(record_errors), flexible))    # record_errors (KIP-467)
+                for batch_index, why in record_errors:
+                    out.append(I32.pack(batch_index) + string(why, flexible) + (b"\x00" if flexible else b""))
                 out.append(string(msg if err else None, flexible))   # error_message
             if flexible:
                 out.append(b"\x00")
@@ -146,4 +153,4 @@ def encode_response(version: int, flexible: bool, topics) -> list[bytes]:
         out.append(I32.pack(0))  # throttle_time_ms
     if flexible:
         out.append(b"\x00")
-    return out
+    return [b"".join(out)]       # one chunk: a response for 1,000 partitions was thousands of tiny writes

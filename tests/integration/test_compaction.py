@@ -173,3 +173,39 @@ def test_null_key_to_compacted_topic_is_invalid_record(broker, topic_name):
     p.flush(15)
     assert results["plain"] is None
     assert watermarks(broker.bootstrap, topic_name) == (0, 2)
+
+
+def test_keyless_records_get_per_record_errors(broker, topic_name):
+    """KIP-467: the partition answers INVALID_RECORD with one record_errors entry per keyless record (its index in
+    the batch) and Kafka's processRecordErrors message; nothing of the batch is appended."""
+    from protocol.record_batch import build_batch
+    from rawclient import RawClient
+
+    create_topic(broker.bootstrap, topic_name, config={"cleanup.policy": "compact"})
+    why = f"Compacted topic cannot accept message without key in topic partition {topic_name}-0."
+    with RawClient(broker.bootstrap, timeout=10) as c:
+        for version in (8, 9):            # classic and flexible encodings
+            p = c.produce(topic_name, 0, build_batch([(b"k", b"a"), (None, b"b"), (b"k", b"c"), (None, b"d")]),
+                          version=version)
+            assert p.error_code == 87, p
+            assert [(e.batch_index, e.batch_index_error_message) for e in p.record_errors] == [(1, why), (3, why)]
+            assert p.error_message == (
+                "One or more records have been rejected due to 2 record errors in total, and only showing the first "
+                f"three errors at most: [RecordError(batchIndex=1, message='{why}'), "
+                f"RecordError(batchIndex=3, message='{why}')]")
+        ok = c.produce(topic_name, 0, build_batch([(b"k", b"keyed")]))
+        assert ok.error_code == 0 and ok.base_offset == 0        # the refused batches left nothing behind
+
+
+def test_keyless_record_fails_for_kafka_python(broker, topic_name):
+    from kafka import KafkaProducer
+    from kafka.errors import InvalidRecordError
+
+    create_topic(broker.bootstrap, topic_name, config={"cleanup.policy": "compact"})
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, retries=0, acks="all")
+    try:
+        with pytest.raises(InvalidRecordError):
+            p.send(topic_name, value=b"no key", partition=0).get(timeout=15)
+        assert p.send(topic_name, key=b"k", value=b"keyed", partition=0).get(timeout=15).offset == 0
+    finally:
+        p.close()
