@@ -14,6 +14,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "node.id": "1",
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": "",
+    "broker.rack": "",
     "log.dirs": "./data/logs",
     "num.partitions": "1",
     "default.replication.factor": "1",

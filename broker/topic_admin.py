@@ -3,8 +3,10 @@ DescribeConfigs and IncrementalAlterConfigs. Error codes and messages follow Kaf
 from __future__ import annotations
 
 import logging
+import re
+import uuid
 
-from metadata.topic_store import TopicInfo, topic_name_error
+from metadata.records import TOPIC_RESOURCE, ConfigRecord, PartitionRecord, TopicRecord
 from storage.log.log_config import TOPIC_CONFIGS, LogConfig, parse_value
 
 log = logging.getLogger("strata.admin")
@@ -16,6 +18,21 @@ INVALID_REPLICATION_FACTOR = 38
 INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
 MAX_PARTITIONS = 10_000  # a guard against a typo creating millions of directories
+LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+def topic_name_error(name: str | None) -> str | None:
+    """Kafka's Topic.validate: None when legal, else the reason."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_TOPIC_NAME:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters"
+    if not LEGAL_TOPIC.match(name):
+        return f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+    return None
 
 
 class AdminError(Exception):
@@ -114,11 +131,24 @@ def validate_remote_storage(broker, name: str, new: dict[str, str], old: dict[st
 INVALID_REQUEST_CODE = 42
 
 
-def create_topic(broker, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
-    info = broker.topics.create(name, num_partitions, configs)
-    broker.replicas.add_partitions(info, 0)
+def partition_records(broker, topic_id: str, first: int, count: int) -> list[PartitionRecord]:
+    """Partitions `first`..`count`-1 of a topic: one broker leads them all at leader epoch 0 (placement over several
+    brokers is the cluster issue's)."""
+    node = broker.node_id
+    return [PartitionRecord(topic_id, p, [node], [node], node) for p in range(first, count)]
+
+
+def topic_records(broker, name: str, num_partitions: int, configs: dict[str, str]) -> list:
+    topic_id = uuid.uuid4().hex
+    return [TopicRecord(name, topic_id), *partition_records(broker, topic_id, 0, num_partitions),
+            *(ConfigRecord(TOPIC_RESOURCE, name, k, v) for k, v in sorted(configs.items()))]
+
+
+def create_topic(broker, name: str, num_partitions: int, configs: dict[str, str]):
+    """Submit the topic's records; the metadata publisher opens its partitions. Returns its image."""
+    broker.controller.submit(topic_records(broker, name, num_partitions, configs))
     log.info("created topic %s with %d partition(s) %s", name, num_partitions, configs or "")
-    return info
+    return broker.topics.get(name)
 
 
 def auto_create(broker, name: str) -> tuple[int, TopicInfo | None]:
@@ -130,5 +160,5 @@ def auto_create(broker, name: str) -> tuple[int, TopicInfo | None]:
     return 0, create_topic(broker, name, n, cfg)
 
 
-def effective_log_config(broker, info: TopicInfo) -> LogConfig:
+def effective_log_config(broker, info) -> LogConfig:
     return broker.config.log_config(info.configs)

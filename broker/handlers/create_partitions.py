@@ -1,6 +1,7 @@
 """CreatePartitions (key 37): grow a topic's partition count."""
 from __future__ import annotations
 
+from broker.topic_admin import partition_records
 from protocol import kio_codec
 
 API_KEY = 37
@@ -37,8 +38,6 @@ def handle(broker, req):
                 any(b != broker.node_id for b in a.broker_ids) for a in t.assignments)):
             res.update(error_code=INVALID_REPLICA_ASSIGNMENT, error_message="Invalid replica assignment")
         elif not body.validate_only:
-            old = info.partitions
-            broker.topics.set_partitions(t.name, t.count)
-            broker.replicas.add_partitions(info, old)
+            broker.controller.submit(partition_records(broker, info.topic_id, info.partitions, t.count))
         results.append(res)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "results": results})

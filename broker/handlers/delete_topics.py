@@ -1,8 +1,7 @@
 """DeleteTopics (key 20): by name, or by topic id from v6."""
 from __future__ import annotations
 
-import logging
-
+from metadata.records import RemoveTopicRecord
 from protocol import kio_codec
 
 API_KEY = 20
@@ -13,8 +12,6 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 TOPIC_DELETION_DISABLED = 73
 UNKNOWN_TOPIC_ID = 100
 INVALID_REQUEST = 42
-
-log = logging.getLogger("strata.admin")
 
 
 def handle(broker, req):
@@ -36,9 +33,6 @@ def handle(broker, req):
         elif info is None:
             res["error_code"] = UNKNOWN_TOPIC_ID if tid is not None else UNKNOWN_TOPIC_OR_PARTITION
         else:
-            broker.replicas.delete_topic(info)
-            broker.topics.delete(info.name)
-            broker.groups.on_topics_deleted([info.name])
-            log.info("deleted topic %s", info.name)
+            broker.controller.submit([RemoveTopicRecord(info.topic_id)])     # the publisher deletes the logs
         results.append(res)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "responses": results})

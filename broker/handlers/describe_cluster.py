@@ -1,4 +1,4 @@
-"""DescribeCluster (key 60): this broker is the whole cluster and its controller."""
+"""DescribeCluster (key 60): the registered brokers from the metadata image; the controller runs in this broker."""
 from __future__ import annotations
 
 from protocol import kio_codec
@@ -11,10 +11,10 @@ DECODABLE = (0, 1)
 def handle(broker, req):
     v = req.api_version
     kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
-    host, port = broker.config.advertised
     return kio_codec.encode_response(API_KEY, v, {
         "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
         "cluster_id": broker.cluster_id, "controller_id": broker.node_id,
-        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}],
+        "brokers": [{"broker_id": b.broker_id, "host": b.endpoint()[0], "port": b.endpoint()[1], "rack": b.rack,
+                     "is_fenced": b.fenced} for b in broker.topics.image.brokers.values()],
         "cluster_authorized_operations": -2147483648,
     })

@@ -1,8 +1,11 @@
-"""FindCoordinator (key 10): this broker coordinates every group (key type 0) and every transactional id (key type
-1); v4+ batches several keys in `coordinator_keys`."""
+"""FindCoordinator (key 10): a group's coordinator is the leader of its `__consumer_offsets` partition in the metadata
+image (COORDINATOR_NOT_AVAILABLE while that topic does not exist, as in Kafka); transactional ids are this broker's
+(no transaction coordinator yet). v4+ batches several keys in `coordinator_keys`."""
 from __future__ import annotations
 
+from broker.groups.metadata_store import OFFSETS_TOPIC, partition_for
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 10
 VERSIONS = (0, 6)
@@ -10,15 +13,26 @@ DECODABLE = (0, 6)
 
 GROUP = 0
 TRANSACTION = 1
-INVALID_REQUEST = 42
 
 
-def _coordinator(broker, key_type: int) -> dict:
-    if key_type in (GROUP, TRANSACTION):
+def _coordinator(broker, key_type: int, key: str) -> dict:
+    if key_type == GROUP:
+        image = broker.topics.image
+        offsets = image.get(OFFSETS_TOPIC)
+        p = offsets.partition(partition_for(key, offsets.partitions)) if offsets is not None else None
+        node = image.brokers.get(p.leader) if p is not None else None
+        if node is None:
+            return _error(ErrorCode.coordinator_not_available, "The coordinator is not available.")
+        host, port = node.endpoint()
+        return {"node_id": node.broker_id, "host": host, "port": port, "error_code": 0, "error_message": None}
+    if key_type == TRANSACTION:
         host, port = broker.config.advertised
         return {"node_id": broker.node_id, "host": host, "port": port, "error_code": 0, "error_message": None}
-    return {"node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
-            "error_message": f"Unknown coordinator type {key_type}"}
+    return _error(ErrorCode.invalid_request, f"Unknown coordinator type {key_type}")
+
+
+def _error(code: int, message: str) -> dict:
+    return {"node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
 
 
 def handle(broker, req):
@@ -27,7 +41,7 @@ def handle(broker, req):
     key_type = int(getattr(body, "key_type", GROUP))
     if v >= 4:
         resp = {"throttle_time": 0,
-                "coordinators": [{"key": key, **_coordinator(broker, key_type)} for key in body.coordinator_keys]}
+                "coordinators": [{"key": key, **_coordinator(broker, key_type, key)} for key in body.coordinator_keys]}
     else:
-        resp = {"throttle_time": 0, **_coordinator(broker, key_type)}
+        resp = {"throttle_time": 0, **_coordinator(broker, key_type, body.key)}
     return kio_codec.encode_response(API_KEY, v, resp)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from broker.topic_admin import AdminError, validate_configs, validate_remote_storage
+from metadata.records import TOPIC_RESOURCE, ConfigRecord
 from protocol import kio_codec
 from storage.log.log_config import TOPIC_CONFIGS
 
@@ -67,8 +68,12 @@ def handle(broker, req):
             except ValueError as e:
                 raise AdminError(INVALID_CONFIG, str(e)) from None
             if not body.validate_only:
-                broker.topics.set_configs(info.name, new)
-                broker.replicas.reconfigure(info)
+                changes = [ConfigRecord(TOPIC_RESOURCE, info.name, k, v) for k, v in sorted(new.items())
+                           if info.configs.get(k) != v]
+                changes += [ConfigRecord(TOPIC_RESOURCE, info.name, k, None) for k in sorted(info.configs)
+                            if k not in new]
+                if changes:
+                    broker.controller.submit(changes)      # the publisher reconfigures the logs
         except AdminError as e:
             res.update(error_code=e.code, error_message=str(e))
         out.append(res)

@@ -28,5 +28,5 @@ def handle(broker, req):
         if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
             resp.update(producer_id=pid, producer_epoch=epoch + 1)
         else:
-            resp.update(producer_id=broker.topics.next_producer_id(), producer_epoch=0)
+            resp.update(producer_id=broker.producer_ids.next_producer_id(), producer_epoch=0)
     return kio_codec.encode_response(API_KEY, v, resp)

@@ -1,4 +1,5 @@
-"""Metadata (key 3): brokers, topics with ids (needed for Fetch v13+), partitions; auto-creates topics."""
+"""Metadata (key 3): brokers, topics with ids (needed for Fetch v13+), partitions with leader, leader epoch,
+replicas and ISR, all from one metadata image; auto-creates topics."""
 from __future__ import annotations
 
 from broker.topic_admin import auto_create
@@ -13,13 +14,10 @@ UNKNOWN_TOPIC_ID = 100
 INVALID_TOPIC_EXCEPTION = 17
 
 
-def _topic_entry(broker, info, error: int = 0):
-    parts = []
-    for p in range(info.partitions):
-        part = broker.replicas.get(info.name, p)
-        parts.append({"error_code": 0, "partition_index": p, "leader_id": broker.node_id,
-                      "leader_epoch": part.leader_epoch if part is not None else 0,
-                      "replica_nodes": [broker.node_id], "isr_nodes": [broker.node_id], "offline_replicas": []})
+def _topic_entry(info, error: int = 0):
+    parts = [{"error_code": 0, "partition_index": i, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
+              "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr), "offline_replicas": []}
+             for i, p in enumerate(info.partition_states)]
     return {"error_code": error, "name": info.name, "topic_id": info.uuid, "is_internal": info.name.startswith("__"),
             "partitions": parts, "topic_authorized_operations": -2147483648}
 
@@ -31,7 +29,7 @@ def handle(broker, req):
     topics = []
     requested = body.topics
     if requested is None or (v == 0 and len(requested) == 0):
-        topics = [_topic_entry(broker, t) for t in broker.topics.topics()]
+        topics = [_topic_entry(t) for t in broker.topics.topics()]
     else:
         for rt in requested:
             name = getattr(rt, "name", None)
@@ -42,7 +40,7 @@ def handle(broker, req):
                     topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
                                    "partitions": []})
                 else:
-                    topics.append(_topic_entry(broker, info))
+                    topics.append(_topic_entry(info))
                 continue
             info = broker.topics.get(name) if name else None
             if info is None and allow_auto and name:
@@ -54,13 +52,14 @@ def handle(broker, req):
                 topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "topic_id": None,
                                "partitions": []})
             else:
-                topics.append(_topic_entry(broker, info))
-    host, port = broker.config.advertised
+                topics.append(_topic_entry(info))
+    image = broker.topics.image
     return kio_codec.encode_response(API_KEY, v, {
         "throttle_time": 0,
-        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "brokers": [{"node_id": b.broker_id, "host": b.endpoint()[0], "port": b.endpoint()[1], "rack": b.rack}
+                    for b in image.brokers.values() if not b.fenced],
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": broker.node_id,          # the one-broker controller runs in this process
         "topics": topics,
         "cluster_authorized_operations": -2147483648,
     })

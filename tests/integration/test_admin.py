@@ -328,6 +328,34 @@ def test_describe_cluster(broker):
     assert [(b.id, b.host, b.port) for b in md.brokers.values()] == [(1, "127.0.0.1", broker.port)]
 
 
+def test_metadata_comes_from_the_metadata_log(make_broker, topic_name):
+    """Topics, partition counts, deletions and the broker's rack are metadata records: they survive a restart and a
+    kill -9, and Metadata, DescribeCluster and FindCoordinator answer from the image built from them."""
+    from rawclient import RawClient
+
+    b = make_broker({"broker.rack": "rack-a"})
+    admin = admin_client(b.bootstrap)
+    create_topic(b.bootstrap, topic_name, partitions=2, admin=admin)
+    create_topic(b.bootstrap, topic_name + "-gone", admin=admin)
+    admin.create_partitions([NewPartitions(topic_name, 4)])[topic_name].result(timeout=15)
+    admin.delete_topics([topic_name + "-gone"])[topic_name + "-gone"].result(timeout=15)
+    del admin
+    for restart in (b.restart, lambda: (b.kill9(), b.start())):
+        restart()
+        admin = admin_client(b.bootstrap)
+        md = admin.list_topics(timeout=10)
+        assert len(md.topics[topic_name].partitions) == 4 and topic_name + "-gone" not in md.topics
+        assert all(p.leader == 1 and p.replicas == [1] and p.isrs == [1]
+                   for p in md.topics[topic_name].partitions.values())
+        desc = admin.describe_cluster(request_timeout=10).result(timeout=15)
+        assert [(n.id, n.port, n.rack) for n in desc.nodes] == [(1, b.port, "rack-a")]
+        del admin
+    with RawClient(b.bootstrap, timeout=10) as c:                        # the leader of the group's partition
+        [coord] = c.request(10, 4, {"key_type": 0, "coordinator_keys": ["some-group"]}).coordinators
+        assert (coord.error_code, coord.node_id, coord.port) == (0, 1, b.port)
+    assert "upgraded" not in b.log_text() and (b.data_dir / "logs" / "__cluster_metadata-0").is_dir()
+
+
 def test_topic_overrides_survive_restart(make_broker, topic_name):
     b = make_broker()
     admin = admin_client(b.bootstrap)

@@ -594,9 +594,15 @@ def _decode_response(api_key, version, body):
 
 @pytest.fixture
 def fake_broker():
-    topics = {"t": SimpleNamespace(name="t", partitions=3)}
-    return SimpleNamespace(groups=make(group_initial_rebalance_delay_ms=5), node_id=7,
-                           topics=SimpleNamespace(get=topics.get),
+    from metadata.image import MetadataImage
+    from metadata.metadata_cache import MetadataCache
+    from metadata.records import PartitionRecord, RegisterBrokerRecord, TopicRecord
+    tid, oid = "a" * 32, "b" * 32
+    image = MetadataImage().apply([
+        RegisterBrokerRecord(7, "inc", None, [("PLAINTEXT", "host.example", 9093)]),
+        TopicRecord("t", tid), *(PartitionRecord(tid, p, [7], [7], 7) for p in range(3)),
+        TopicRecord("__consumer_offsets", oid), *(PartitionRecord(oid, p, [7], [7], 7) for p in range(50))])
+    return SimpleNamespace(groups=make(group_initial_rebalance_delay_ms=5), node_id=7, topics=MetadataCache(image),
                            config=SimpleNamespace(advertised=("host.example", 9093)))
 
 

@@ -1,0 +1,111 @@
+"""The controller: the one writer of the metadata log. Admin handlers turn requests into records and `submit` them;
+the controller appends them (durably), builds the next image and hands it to the publishers, which apply it to the
+partition layer and the group coordinator (broker/metadata_publisher.py).
+
+`Controller` is the interface the broker uses. `LocalController` is the one-broker implementation: in process, its
+record log on local disk (metadata/metadata_log.py), synchronous. The cluster issue replaces it with a controller
+whose log and lease live in the object store (conditional writes), behind the same interface.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import Callable, Protocol
+
+import msgspec
+
+from metadata.image import MetadataImage
+from metadata.metadata_log import MetadataLog
+from metadata.records import (TOPIC_RESOURCE, ConfigRecord, Envelope, PartitionRecord, ProducerIdsRecord,
+                              RegisterBrokerRecord, TopicRecord)
+
+log = logging.getLogger("strata.controller")
+
+PRODUCER_ID_BLOCK = 1000
+LEGACY_FILE = "__strata_metadata.json"      # the single-broker topic store before the metadata log
+
+Publisher = Callable[[MetadataImage, MetadataImage], None]     # (previous image, new image)
+
+
+class _LegacyTopic(msgspec.Struct):
+    name: str
+    topic_id: str
+    partitions: int
+    configs: dict[str, str] = {}
+
+
+class _LegacyState(msgspec.Struct):
+    """`__strata_metadata.json` as the previous release wrote it."""
+    topics: dict[str, _LegacyTopic] = {}
+    next_producer_id_block: int = 0
+
+
+class Controller(Protocol):
+    epoch: int
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    def submit(self, records: list) -> MetadataImage:
+        """Append `records` atomically and publish the resulting image; raises ValueError if they do not apply."""
+
+    def allocate_producer_ids(self, broker_id: int) -> int:
+        """The first id of a new block of PRODUCER_ID_BLOCK producer ids for `broker_id`."""
+
+    def add_publisher(self, publisher: Publisher) -> None: ...
+
+
+class LocalController:
+    epoch = 0
+
+    def __init__(self, log_dir: Path, node_id: int):
+        self.node_id = node_id
+        self.log = MetadataLog(log_dir)
+        self._publishers: list[Publisher] = []
+        envelopes = self.log.read_all()
+        self._image = MetadataImage().apply(e.record for e in envelopes)
+        legacy = Path(log_dir) / LEGACY_FILE
+        if not envelopes and legacy.exists():
+            self._upgrade(legacy)
+        log.info("metadata: %d record(s), %d topic(s)", self._image.offset + 1, len(self._image.topics_by_name))
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def add_publisher(self, publisher: Publisher) -> None:
+        self._publishers.append(publisher)
+
+    def submit(self, records: list) -> MetadataImage:
+        old = self._image
+        new = old.apply(records)                 # validates: nothing is written if a record does not apply
+        self.log.append([Envelope(self.epoch, r) for r in records])
+        self._image = new
+        for publish in self._publishers:
+            publish(old, new)
+        return new
+
+    def allocate_producer_ids(self, broker_id: int) -> int:
+        start = self._image.next_producer_id
+        self.submit([ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK)])
+        return start
+
+    def register_broker(self, rack: str | None, host: str, port: int) -> None:
+        """This broker's registration, with a new incarnation id at every start (Kafka's BrokerRegistration)."""
+        self.submit([RegisterBrokerRecord(self.node_id, uuid.uuid4().hex, rack, [("PLAINTEXT", host, port)])])
+
+    def _upgrade(self, legacy: Path) -> None:
+        """Turn the previous release's JSON topic store into records: the same topic ids (data dirs and the remote
+        tier key on them), partition counts, configs and producer-id block; then set the file aside."""
+        state = msgspec.json.decode(legacy.read_bytes(), type=_LegacyState)
+        records: list = []
+        for t in state.topics.values():
+            records.append(TopicRecord(t.name, t.topic_id))
+            records += [PartitionRecord(t.topic_id, p, [self.node_id], [self.node_id], self.node_id)
+                        for p in range(t.partitions)]
+            records += [ConfigRecord(TOPIC_RESOURCE, t.name, k, v) for k, v in sorted(t.configs.items())]
+        records.append(ProducerIdsRecord(self.node_id, state.next_producer_id_block))
+        self.submit(records)
+        legacy.rename(legacy.with_name(LEGACY_FILE + ".migrated"))
+        log.info("upgraded %s to the metadata log: %d topic(s)", legacy.name, len(state.topics))

@@ -1,0 +1,133 @@
+"""The metadata image: brokers, topics with ids and configs, partitions with replicas, ISR, leader and leader epoch,
+and the producer-id watermark, as of some offset of the metadata log (Kafka's MetadataImage).
+
+An image never changes: `apply(records)` returns a new one, sharing what the records did not touch, so a handler
+holding an image sees one consistent state while the controller moves on. Topic objects keep the read API the
+partition layer and handlers use (`name`, `topic_id`, `uuid`, `partitions` as a count, `configs`).
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Iterable
+
+from metadata.records import (TOPIC_RESOURCE, ConfigRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
+                              RemoveTopicRecord, TopicRecord)
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: str
+    rack: str | None
+    endpoints: tuple[tuple[str, str, int], ...]
+    fenced: bool = False
+
+    def endpoint(self) -> tuple[str, int]:
+        _, host, port = self.endpoints[0]
+        return host, port
+
+
+@dataclass(frozen=True)
+class PartitionImage:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True)
+class TopicImage:
+    name: str
+    topic_id: str
+    partition_states: tuple[PartitionImage, ...] = ()
+    configs: dict[str, str] = field(default_factory=dict)     # overrides only; treat as read-only
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(self.topic_id)
+
+    @property
+    def partitions(self) -> int:
+        return len(self.partition_states)
+
+    def partition(self, index: int) -> PartitionImage | None:
+        return self.partition_states[index] if 0 <= index < len(self.partition_states) else None
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    offset: int = -1                                   # last applied record of the metadata log
+    brokers: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))   # id -> BrokerRegistration
+    topics_by_name: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    topics_by_id: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    next_producer_id: int = 0
+
+    # ---- reads (the API `broker.topics` offers) -----------------------------------------------------------------
+    def topics(self) -> list[TopicImage]:
+        return list(self.topics_by_name.values())
+
+    def get(self, name: str) -> TopicImage | None:
+        return self.topics_by_name.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
+        return self.topics_by_id.get(topic_id.hex if isinstance(topic_id, uuid.UUID) else topic_id)
+
+    # ---- building the next image ---------------------------------------------------------------------------------
+    def apply(self, records: Iterable) -> "MetadataImage":
+        """The image after `records`, in order. Raises ValueError for a record that does not fit this image (a
+        partition of an unknown topic, say): the controller validates before it appends, so on replay that means
+        a damaged log."""
+        brokers, by_name, by_id = dict(self.brokers), dict(self.topics_by_name), dict(self.topics_by_id)
+        next_pid = self.next_producer_id
+        n = 0
+        for r in records:
+            n += 1
+            if isinstance(r, RegisterBrokerRecord):
+                brokers[r.broker_id] = BrokerRegistration(r.broker_id, r.incarnation_id, r.rack,
+                                                          tuple(tuple(e) for e in r.endpoints), r.fenced)
+            elif isinstance(r, TopicRecord):
+                if r.name in by_name or r.topic_id in by_id:
+                    raise ValueError(f"topic {r.name} ({r.topic_id}) exists already")
+                t = TopicImage(r.name, r.topic_id)
+                by_name[r.name] = by_id[r.topic_id] = t
+            elif isinstance(r, PartitionRecord):
+                t = by_id.get(r.topic_id)
+                if t is None:
+                    raise ValueError(f"partition {r.partition} of unknown topic {r.topic_id}")
+                states = list(t.partition_states)
+                if r.partition > len(states):
+                    raise ValueError(f"partition {r.partition} of {t.name} leaves a gap after {len(states) - 1}")
+                p = PartitionImage(tuple(r.replicas), tuple(r.isr), r.leader, r.leader_epoch, r.partition_epoch)
+                if r.partition == len(states):
+                    states.append(p)
+                else:
+                    states[r.partition] = p
+                t = replace(t, partition_states=tuple(states))
+                by_name[t.name] = by_id[t.topic_id] = t
+            elif isinstance(r, ConfigRecord):
+                if r.resource_type != TOPIC_RESOURCE:
+                    continue                        # broker configs are static for now
+                t = by_name.get(r.resource_name)
+                if t is None:
+                    raise ValueError(f"config {r.name} for unknown topic {r.resource_name}")
+                configs = dict(t.configs)
+                if r.value is None:
+                    configs.pop(r.name, None)
+                else:
+                    configs[r.name] = r.value
+                t = replace(t, configs=configs)
+                by_name[t.name] = by_id[t.topic_id] = t
+            elif isinstance(r, RemoveTopicRecord):
+                t = by_id.pop(r.topic_id, None)
+                if t is None:
+                    raise ValueError(f"removal of unknown topic {r.topic_id}")
+                del by_name[t.name]
+            elif isinstance(r, ProducerIdsRecord):
+                next_pid = max(next_pid, r.next_producer_id)
+            else:
+                raise ValueError(f"unknown metadata record {type(r).__name__}")
+        return MetadataImage(self.offset + n, MappingProxyType(brokers), MappingProxyType(by_name),
+                             MappingProxyType(by_id), next_pid)

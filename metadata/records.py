@@ -1,0 +1,74 @@
+"""The metadata records (Kafka's KRaft records, with Kafka's names): the only way cluster metadata changes.
+
+A record is applied in log order to build the next MetadataImage (metadata/image.py). In the log each record is
+wrapped in an envelope carrying the controller epoch that wrote it, so a deposed controller's late appends can be
+fenced (the cluster work relies on this; one broker always writes epoch 0).
+"""
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+BROKER_RESOURCE, TOPIC_RESOURCE = 4, 2      # ConfigResource types, as in Kafka's ConfigRecord
+
+
+class RegisterBrokerRecord(msgspec.Struct, tag="RegisterBroker"):
+    broker_id: int
+    incarnation_id: str                              # new at every start: tells a restart from a stale registration
+    rack: str | None
+    endpoints: list[tuple[str, str, int]]            # (listener name, host, port)
+    fenced: bool = False
+
+
+class TopicRecord(msgspec.Struct, tag="Topic"):
+    name: str
+    topic_id: str                                    # UUID hex: tiered objects and data dirs key on it
+
+
+class PartitionRecord(msgspec.Struct, tag="Partition"):
+    topic_id: str
+    partition: int
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+class ConfigRecord(msgspec.Struct, tag="Config"):
+    resource_type: int
+    resource_name: str
+    name: str
+    value: str | None                                # None removes the override
+
+
+class RemoveTopicRecord(msgspec.Struct, tag="RemoveTopic"):
+    topic_id: str
+
+
+class ProducerIdsRecord(msgspec.Struct, tag="ProducerIds"):
+    broker_id: int
+    next_producer_id: int                            # the first id of the next block to hand out
+
+
+MetadataRecord = Union[RegisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord, RemoveTopicRecord,
+                       ProducerIdsRecord]
+
+
+class Envelope(msgspec.Struct, array_like=True):
+    controller_epoch: int
+    record: MetadataRecord
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Envelope)
+
+
+def encode(envelope: Envelope) -> bytes:
+    return _encoder.encode(envelope)
+
+
+def decode(data: bytes) -> Envelope:
+    """Raises msgspec.DecodeError / ValidationError for bytes that are not an envelope."""
+    return _decoder.decode(data)
