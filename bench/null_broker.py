@@ -22,7 +22,7 @@ What NullLog does, and what it leaves out:
   ideal ceiling for fetch, not a replica of Strata's response sizes. Compressed templates are served whole.
 * ListOffsets: earliest = log start offset (0, or what DeleteRecords set), latest = high watermark = log end offset;
   timestamp lookups find nothing.
-* Nothing survives a restart (topic metadata does, through the unchanged TopicStore in log.dirs).
+* Nothing survives a restart (topic metadata does, through the unchanged metadata log in log.dirs).
 
 Run exactly like the real broker:  python bench/null_broker.py broker --override listeners=PLAINTEXT://127.0.0.1:9093 ...
 If storage/log.py does not exist yet, a stand-in `storage.log.log` module is installed so the null broker still runs.
@@ -43,6 +43,7 @@ import crc32c  # noqa: E402
 
 from protocol.record_batch import (CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, _U32, assign_offset,  # noqa: E402
                                    set_log_append_time)
+from protocol.wire import read_varint  # noqa: E402
 
 
 class NullOffsetOutOfRange(Exception):
@@ -79,18 +80,6 @@ def _offset_out_of_range(message: str) -> Exception:
         return exc
 
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
-    """Zigzag varint (record fields) -> (value, new pos)."""
-    shift = raw = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-
-
 class _Template:
     """One real batch from the producer. Served copies share its record bytes; only the 61-byte header differs.
 
@@ -111,8 +100,8 @@ class _Template:
             return
         pos, best, base_ts = 0, self.fields[7], self.fields[7]
         for _ in range(self.count):
-            length, p = _read_varint(self.body, pos)
-            ts_delta, _ = _read_varint(self.body, p + 1)      # skip the attributes byte
+            length, p = read_varint(self.body, pos)
+            ts_delta, _ = read_varint(self.body, p + 1)      # skip the attributes byte
             best = max(best, base_ts + ts_delta)
             pos = p + length
             self.ends.append(pos)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import crc32c
 
+from protocol.wire import varint
+
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12          # baseOffset + batchLength: bytes before batchLength counts
@@ -180,20 +182,20 @@ def build_batch(records: list[tuple[bytes | None, bytes | None]], *, base_offset
     for i, (key, value) in enumerate(records):
         rec = bytearray()
         rec += b"\x00"                       # record attributes
-        rec += _zigzag(0)                    # timestamp delta
-        rec += _zigzag(i)                    # offset delta
+        rec += varint(0)                    # timestamp delta
+        rec += varint(i)                    # offset delta
         for field in (key, value):
             if field is None:
-                rec += _zigzag(-1)
+                rec += varint(-1)
             else:
-                rec += _zigzag(len(field)) + field
+                rec += varint(len(field)) + field
         hdrs = headers[i] if headers else []
-        rec += _zigzag(len(hdrs))
+        rec += varint(len(hdrs))
         for hk, hv in hdrs:
             hkb = hk.encode()
-            rec += _zigzag(len(hkb)) + hkb
-            rec += _zigzag(-1) if hv is None else _zigzag(len(hv)) + hv
-        body += _zigzag(len(rec)) + rec
+            rec += varint(len(hkb)) + hkb
+            rec += varint(-1) if hv is None else varint(len(hv)) + hv
+        body += varint(len(rec)) + rec
     n = len(records)
     batch = bytearray(HEADER_SIZE) + body
     HEADER.pack_into(batch, 0, base_offset, len(batch) - LOG_OVERHEAD, -1, 2, 0, attributes, n - 1,
@@ -202,14 +204,3 @@ def build_batch(records: list[tuple[bytes | None, bytes | None]], *, base_offset
     return bytes(batch)
 
 
-def _zigzag(v: int) -> bytes:
-    u = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while True:
-        b = u & 0x7F
-        u >>= 7
-        if u:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)

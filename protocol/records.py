@@ -16,6 +16,7 @@ import time
 from typing import Iterable, Iterator, NamedTuple
 
 from protocol import compression
+from protocol.wire import VarintError, read_varint, varint
 from protocol.record_batch import (
     COMPRESSION_MASK, CONTROL_BIT, CORRUPT_MESSAGE, HEADER, HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_BIT,
     compute_crc, iter_batches, read_header,
@@ -109,6 +110,8 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int
             record, pos = _decode_record(buf, pos, end, base_offset, base_timestamp, log_append_time)
         except IndexError:
             raise CorruptRecordError(f"record {i} of {count} runs past the end of the records section") from None
+        except VarintError as e:
+            raise CorruptRecordError(f"record {i} of {count}: {e}") from None
         yield record
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes left over after the batch's {count} records")
@@ -116,17 +119,17 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int
 
 def _decode_record(buf: bytes, pos: int, end: int, base_offset: int, base_timestamp: int,
                    log_append_time: int | None) -> tuple[Record, int]:
-    length, pos = _read_varint(buf, pos)
+    length, pos = read_varint(buf, pos)
     start = pos
     stop = pos + length
     if length <= 0 or stop > end:
         raise CorruptRecordError(f"record length {length} at byte {start} does not fit the records section")
     pos += 1  # record attributes: unused in v2
-    ts_delta, pos = _read_varint(buf, pos)
-    offset_delta, pos = _read_varint(buf, pos)
+    ts_delta, pos = read_varint(buf, pos)
+    offset_delta, pos = read_varint(buf, pos)
     key, pos = _read_bytes(buf, pos, stop)
     value, pos = _read_bytes(buf, pos, stop)
-    header_count, pos = _read_varint(buf, pos)
+    header_count, pos = read_varint(buf, pos)
     if header_count < 0:
         raise CorruptRecordError(f"negative header count {header_count}")
     headers: list[tuple[str, bytes | None]] = []
@@ -142,27 +145,8 @@ def _decode_record(buf: bytes, pos: int, end: int, base_offset: int, base_timest
     return Record(base_offset + offset_delta, timestamp, key, value, headers), pos
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Zigzag varint/varlong (up to 10 bytes) at buf[pos]; IndexError if it runs off the end."""
-    b = buf[pos]
-    pos += 1
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos
-    raw = b & 0x7F
-    shift = 7
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift >= 70:
-            raise CorruptRecordError(f"varint longer than 10 bytes at byte {pos}")
-
-
 def _read_bytes(buf: bytes, pos: int, stop: int) -> tuple[bytes | None, int]:
-    n, pos = _read_varint(buf, pos)
+    n, pos = read_varint(buf, pos)
     if n < 0:
         return None, pos
     if pos + n > stop:
@@ -235,17 +219,17 @@ def build_records_batch(records: Iterable, codec: int = compression.NONE, base_o
         if not _MIN_INT64 <= ts_delta <= _MAX_INT64:
             raise ValueError(f"timestamp {ts} is too far from the base timestamp {base_timestamp}")
         rec = bytearray(b"\x00")  # record attributes
-        rec += _varint(ts_delta)
-        rec += _varint(delta)
+        rec += varint(ts_delta)
+        rec += varint(delta)
         _put_bytes(rec, key)
         _put_bytes(rec, value)
-        rec += _varint(len(hdrs))
+        rec += varint(len(hdrs))
         for hkey, hvalue in hdrs:
             if hkey is None:
                 raise ValueError("header keys may not be null")
             _put_bytes(rec, hkey.encode("utf-8", _KEY_ERRORS) if isinstance(hkey, str) else hkey)
             _put_bytes(rec, hvalue)
-        body += _varint(len(rec))
+        body += varint(len(rec))
         body += rec
 
     section = compression.compress(codec, body) if codec != compression.NONE else body
@@ -264,19 +248,8 @@ def _put_bytes(out: bytearray, data) -> None:
     if data is None:
         out += b"\x01"  # length -1 means null; zigzag(-1) == 1
         return
-    out += _varint(len(data))
+    out += varint(len(data))
     out += data
-
-
-def _varint(v: int) -> bytes:
-    """Zigzag varint/varlong encoding of a signed 64-bit value."""
-    u = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
 
 
 def recompress_batch(batch, codec: int) -> bytearray:
@@ -312,7 +285,7 @@ def scan_records(buf: bytes, pos: int, end: int, count: int) -> list[RecordSpan]
             if b < 0x80:
                 length, pos = (b >> 1) ^ -(b & 1), pos + 1
             else:
-                length, pos = _read_varint(buf, pos)
+                length, pos = read_varint(buf, pos)
             stop = pos + length
             if length <= 0 or stop > end:
                 raise CorruptRecordError(f"record {i} of {count}: length {length} does not fit the records section")
@@ -322,18 +295,18 @@ def scan_records(buf: bytes, pos: int, end: int, count: int) -> list[RecordSpan]
             if b < 0x80:
                 ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
             else:
-                ts_delta, p = _read_varint(buf, p)
+                ts_delta, p = read_varint(buf, p)
             ts_end = p
             b = buf[p]
             if b < 0x80:
                 offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
             else:
-                offset_delta, p = _read_varint(buf, p)
+                offset_delta, p = read_varint(buf, p)
             b = buf[p]
             if b < 0x80:
                 key_len, p = (b >> 1) ^ -(b & 1), p + 1
             else:
-                key_len, p = _read_varint(buf, p)
+                key_len, p = read_varint(buf, p)
             if key_len >= 0:
                 key = buf[p:p + key_len]
                 p += key_len
@@ -343,13 +316,15 @@ def scan_records(buf: bytes, pos: int, end: int, count: int) -> list[RecordSpan]
             if b < 0x80:
                 value_len = (b >> 1) ^ -(b & 1)
             else:
-                value_len = _read_varint(buf, p)[0]
+                value_len = read_varint(buf, p)[0]
             if p >= stop:
                 raise CorruptRecordError(f"record {i} of {count}: key runs past the record")
             append((start, attrs_at, ts_end, stop, ts_delta, offset_delta, key, value_len < 0))
             pos = stop
     except IndexError:
         raise CorruptRecordError(f"records section ends inside a record of {count}") from None
+    except VarintError as e:
+        raise CorruptRecordError(str(e)) from None
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes left over after the batch's {count} records")
     return out

@@ -46,6 +46,43 @@ def uvarint(v: int) -> bytes:
     return bytes(out)
 
 
+class VarintError(ValueError):
+    """A signed varint longer than Kafka allows (10 bytes, ByteUtils.readVarlong)."""
+
+
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """The one reader of Kafka's zigzag varint/varlong (record fields): (value, next position). IndexError if it
+    runs off the end of `buf` (callers turn that into their corrupt-data error), VarintError past 10 bytes."""
+    b = buf[pos]
+    pos += 1
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos
+    raw = b & 0x7F
+    shift = 7
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift >= 70:
+            raise VarintError(f"varint longer than 10 bytes at byte {pos}")
+
+
+def varint(v: int) -> bytes:
+    """Zigzag varint/varlong encoding of a signed 64-bit value."""
+    u = (v << 1) ^ (v >> 63)
+    if u < 0x80:
+        return bytes((u,))
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
 def skip_tagged_fields(buf, pos: int) -> int:
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):

@@ -13,23 +13,11 @@ valueLength | value | headerCount | (headerKeyLength | headerKey | headerValueLe
 """
 from __future__ import annotations
 
+from protocol.wire import VarintError, read_varint
+
 
 class CorruptBatch(ValueError):
     pass
-
-
-def _varint(buf, p: int) -> tuple[int, int]:
-    """Zigzag varint at buf[p] of any length (the slow path)."""
-    raw, shift = 0, 0
-    while True:
-        b = buf[p]
-        p += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), p
-        shift += 7
-        if shift >= 70:
-            raise CorruptBatch(f"varint longer than 10 bytes at byte {p}")
 
 
 def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None,
@@ -51,7 +39,7 @@ def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_appe
                 raw = (b & 0x7F) | (buf[pos + 1] << 7)
                 length, pos = (raw >> 1) ^ -(raw & 1), pos + 2
             else:
-                length, pos = _varint(buf, pos)
+                length, pos = read_varint(buf, pos)
             stop = pos + length
             if length <= 0 or stop > end:
                 raise CorruptBatch(f"record {i} of {count}: length {length} does not fit the records section")
@@ -64,7 +52,7 @@ def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_appe
                 raw = (b & 0x7F) | (buf[p + 1] << 7)
                 tsd, p = (raw >> 1) ^ -(raw & 1), p + 2
             else:
-                tsd, p = _varint(buf, p)
+                tsd, p = read_varint(buf, p)
             # offset delta
             b = buf[p]
             if b < 0x80:
@@ -73,7 +61,7 @@ def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_appe
                 raw = (b & 0x7F) | (buf[p + 1] << 7)
                 od, p = (raw >> 1) ^ -(raw & 1), p + 2
             else:
-                od, p = _varint(buf, p)
+                od, p = read_varint(buf, p)
             off = base_offset + od
             if off < lo or off >= hi:
                 pos = stop
@@ -83,7 +71,7 @@ def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_appe
             if b < 0x80:
                 n, p = (b >> 1) ^ -(b & 1), p + 1
             else:
-                n, p = _varint(buf, p)
+                n, p = read_varint(buf, p)
             if n >= 0:
                 key = buf[p:p + n]
                 p += n
@@ -97,7 +85,7 @@ def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_appe
                 raw = (b & 0x7F) | (buf[p + 1] << 7)
                 n, p = (raw >> 1) ^ -(raw & 1), p + 2
             else:
-                n, p = _varint(buf, p)
+                n, p = read_varint(buf, p)
             if n >= 0:
                 value = buf[p:p + n]
                 p += n
@@ -107,17 +95,17 @@ def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_appe
             if p >= stop:                                 # the header count must follow
                 raise CorruptBatch(f"record at offset {off}: key/value run past the record")
             if headers_wanted:
-                hc, p = _varint(buf, p)
+                hc, p = read_varint(buf, p)
                 if hc < 0:
                     raise CorruptBatch(f"record at offset {off}: negative header count {hc}")
                 hdrs = []
                 for _ in range(hc):
-                    n, p = _varint(buf, p)
+                    n, p = read_varint(buf, p)
                     if n < 0:
                         raise CorruptBatch(f"record at offset {off}: null header key")
                     hk = buf[p:p + n].decode("utf-8", "surrogateescape")
                     p += n
-                    n, p = _varint(buf, p)
+                    n, p = read_varint(buf, p)
                     if n >= 0:
                         hv = buf[p:p + n]
                         p += n
@@ -136,6 +124,8 @@ def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_appe
             pos = stop
     except IndexError:
         raise CorruptBatch(f"records section ends inside a record of {count}") from None
+    except VarintError as e:
+        raise CorruptBatch(str(e)) from None
     if pos != end:
         raise CorruptBatch(f"{end - pos} bytes left over after the batch's {count} records")
     builder.bytes += nbytes

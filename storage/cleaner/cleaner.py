@@ -44,7 +44,8 @@ from protocol.record_batch import (
     CONTROL_BIT, HEADER, HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, compute_crc,
     read_header,
 )
-from protocol.records import CorruptRecordError, _varint, scan_records
+from protocol.records import CorruptRecordError, scan_records
+from protocol.wire import varint
 from storage.cleaner.cleaned_segment import SWAP_SUFFIX, _CleanedSegment
 from storage.log.files import fsync_dir
 from storage.log.log_segment import INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment, file_name
@@ -536,8 +537,8 @@ class Cleaner:
         if need_horizon:
             new_base_ts = min(task.now + task.delete_retention_ms, LONG_MAX)
             for start, attrs_at, ts_end, stop, ts_delta, _o, _k, _t in kept:
-                body = section[attrs_at:attrs_at + 1] + _varint(base_ts + ts_delta - new_base_ts) + section[ts_end:stop]
-                parts.append(_varint(len(body)))
+                body = section[attrs_at:attrs_at + 1] + varint(base_ts + ts_delta - new_base_ts) + section[ts_end:stop]
+                parts.append(varint(len(body)))
                 parts.append(body)
             attrs |= DELETE_HORIZON_BIT
         else:

@@ -22,6 +22,7 @@ import struct
 from pathlib import Path
 from typing import Callable, Iterator
 
+from protocol.wire import read_varint
 from protocol.record_batch import (
     HEADER_SIZE, LOG_OVERHEAD, BatchHeader, compute_crc, iter_batches, read_header,
 )
@@ -440,24 +441,10 @@ def record_timestamps(batch, h: BatchHeader) -> Iterator[tuple[int, int]]:
         for _ in range(h.records_count):
             if pos >= end:
                 return
-            length, body = _varint(batch, pos)
-            ts_delta, p = _varint(batch, body + 1)      # skip the record attributes byte
-            offset_delta, _ = _varint(batch, p)
+            length, body = read_varint(batch, pos)
+            ts_delta, p = read_varint(batch, body + 1)      # skip the record attributes byte
+            offset_delta, _ = read_varint(batch, p)
             yield h.base_offset + offset_delta, (h.base_timestamp + ts_delta) if lat is None else lat
             pos = body + length
     except (IndexError, ValueError):
         return                                          # corrupt records section: nothing more to find
-
-
-def _varint(buf, pos: int) -> tuple[int, int]:
-    """Zigzag varint at buf[pos] -> (value, next position)."""
-    raw = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")

@@ -21,6 +21,7 @@ import crc32c
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from protocol.wire import read_varint
 
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
@@ -314,17 +315,6 @@ class Rec:
         return f"Rec({self.offset}, {self.key!r}, {self.value!r})"
 
 
-def _varint(buf, pos):
-    shift = u = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        u |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (u >> 1) ^ -(u & 1), pos
-        shift += 7
-
-
 def decode_batches(data: bytes) -> list[Rec]:
     """All records in the complete batches of `data` (a trailing partial batch is ignored, as Kafka allows).
 
@@ -347,15 +337,15 @@ def decode_batches(data: bytes) -> list[Rec]:
         p = pos + 61
         if not attrs & 0x20:  # skip control batches
             for _ in range(count):
-                length, p = _varint(data, p)
+                length, p = read_varint(data, p)
                 rend = p + length
                 p += 1  # attributes
-                _ts, p = _varint(data, p)
-                odelta, p = _varint(data, p)
-                klen, p = _varint(data, p)
+                _ts, p = read_varint(data, p)
+                odelta, p = read_varint(data, p)
+                klen, p = read_varint(data, p)
                 key = None if klen < 0 else data[p:p + klen]
                 p += max(klen, 0)
-                vlen, p = _varint(data, p)
+                vlen, p = read_varint(data, p)
                 value = None if vlen < 0 else data[p:p + vlen]
                 p = rend
                 out.append(Rec(base + odelta, key, value, pid, bseq))
