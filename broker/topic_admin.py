@@ -8,15 +8,10 @@ import uuid
 
 from metadata.records import TOPIC_RESOURCE, ConfigRecord, PartitionRecord, TopicRecord
 from storage.log.log_config import TOPIC_CONFIGS, LogConfig, parse_value
+from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.admin")
 
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REPLICA_ASSIGNMENT = 39
-INVALID_CONFIG = 40
 MAX_PARTITIONS = 10_000  # a guard against a typo creating millions of directories
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -46,13 +41,13 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
     for name, value in configs.items():
         d = TOPIC_CONFIGS.get(name)
         if d is None:
-            raise AdminError(INVALID_CONFIG, f"Unknown topic config name: {name}")
+            raise AdminError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
         if value is None:
-            raise AdminError(INVALID_CONFIG, f"Null value not supported for topic configs: {name}")
+            raise AdminError(ErrorCode.invalid_config, f"Null value not supported for topic configs: {name}")
         try:
             out[name] = str(parse_value(d, value)).lower() if d.kind is bool else str(parse_value(d, value))
         except ValueError as e:
-            raise AdminError(INVALID_CONFIG, str(e)) from None
+            raise AdminError(ErrorCode.invalid_config, str(e)) from None
     return out
 
 
@@ -61,28 +56,28 @@ def check_create(broker, name: str, num_partitions: int, replication_factor: int
     """Validate a topic creation; returns (partition count, normalized configs) or raises AdminError."""
     reason = topic_name_error(name)
     if reason:
-        raise AdminError(INVALID_TOPIC_EXCEPTION, reason)
+        raise AdminError(ErrorCode.invalid_topic_exception, reason)
     if broker.topics.get(name) is not None:
-        raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        raise AdminError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     if assignments:
         if num_partitions != -1 or replication_factor != -1:
-            raise AdminError(INVALID_REQUEST_CODE, "Both numPartitions or replicationFactor and replicasAssignments "
+            raise AdminError(ErrorCode.invalid_request, "Both numPartitions or replicationFactor and replicasAssignments "
                                                    "were set. Both cannot be used at the same time.")
         for a in assignments:
             if any(b != broker.node_id for b in a):
-                raise AdminError(INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) in replica assignment: {list(a)}")
+                raise AdminError(ErrorCode.invalid_replica_assignment, f"Unknown broker(s) in replica assignment: {list(a)}")
         num_partitions = len(assignments)
     if num_partitions == -1:
         num_partitions = broker.config.get_int("num.partitions")
     if replication_factor == -1:
         replication_factor = broker.config.get_int("default.replication.factor")
     if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
-        raise AdminError(INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."
+        raise AdminError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."
                          if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds {MAX_PARTITIONS}")
     if replication_factor <= 0:
-        raise AdminError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+        raise AdminError(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
     if replication_factor > 1:
-        raise AdminError(INVALID_REPLICATION_FACTOR,
+        raise AdminError(ErrorCode.invalid_replication_factor,
                          f"Unable to replicate the partition {replication_factor} time(s): The target replication "
                          f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
     normalized = validate_configs(configs or {})
@@ -105,30 +100,29 @@ def validate_remote_storage(broker, name: str, new: dict[str, str], old: dict[st
         cfg = broker.config.log_config(new)
         was = broker.config.log_config(old).remote_storage_enable if old is not None else False
     except ValueError as e:
-        raise AdminError(INVALID_CONFIG, str(e)) from None
+        raise AdminError(ErrorCode.invalid_config, str(e)) from None
     if cfg.remote_storage_enable:
         if not broker.config.get_bool("remote.log.storage.system.enable"):
-            raise AdminError(INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+            raise AdminError(ErrorCode.invalid_config, "Tiered Storage functionality is disabled in the broker. Topic cannot be "
                                              "configured with remote log storage.")
         if name.startswith("__"):
-            raise AdminError(INVALID_CONFIG, f"Remote log storage cannot be enabled for the internal topic {name}")
+            raise AdminError(ErrorCode.invalid_config, f"Remote log storage cannot be enabled for the internal topic {name}")
         if cfg.cleanup_policy != "delete":
-            raise AdminError(INVALID_CONFIG, "Remote log storage only supports topics with cleanup.policy=delete")
+            raise AdminError(ErrorCode.invalid_config, "Remote log storage only supports topics with cleanup.policy=delete")
         for kind, total, local in (("ms", cfg.retention_ms, cfg.local_retention_ms),
                                    ("bytes", cfg.retention_bytes, cfg.local_retention_bytes)):
             if total > -1 and local != -2:
                 if local == -1:
-                    raise AdminError(INVALID_CONFIG, f"Invalid value -1 for configuration local.retention.{kind}: "
+                    raise AdminError(ErrorCode.invalid_config, f"Invalid value -1 for configuration local.retention.{kind}: "
                                                      f"Value must not be -1 as retention.{kind} value is set as {total}.")
                 if local > total:
-                    raise AdminError(INVALID_CONFIG, f"Invalid value {local} for configuration local.retention.{kind}: "
+                    raise AdminError(ErrorCode.invalid_config, f"Invalid value {local} for configuration local.retention.{kind}: "
                                                      f"Value must not be more than retention.{kind} property value: "
                                                      f"{total}")
     elif was and not cfg.remote_log_delete_on_disable:
-        raise AdminError(INVALID_CONFIG, _DISABLE_WITHOUT_DELETE)
+        raise AdminError(ErrorCode.invalid_config, _DISABLE_WITHOUT_DELETE)
 
 
-INVALID_REQUEST_CODE = 42
 
 
 def partition_records(broker, topic_id: str, first: int, count: int) -> list[PartitionRecord]:

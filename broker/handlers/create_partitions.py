@@ -3,15 +3,12 @@ from __future__ import annotations
 
 from broker.topic_admin import partition_records
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 37
 VERSIONS = (0, 3)
 DECODABLE = (0, 3)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_PARTITIONS = 37
-INVALID_REPLICA_ASSIGNMENT = 39
-INVALID_REQUEST = 42
 MAX_PARTITIONS = 10_000
 
 
@@ -24,19 +21,19 @@ def handle(broker, req):
         res = {"name": t.name, "error_code": 0, "error_message": None}
         info = broker.topics.get(t.name)
         if names.count(t.name) > 1:
-            res.update(error_code=INVALID_REQUEST, error_message="Duplicate topic in request.")
+            res.update(error_code=ErrorCode.invalid_request, error_message="Duplicate topic in request.")
         elif info is None:
-            res.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"The topic '{t.name}' does not exist.")
+            res.update(error_code=ErrorCode.unknown_topic_or_partition, error_message=f"The topic '{t.name}' does not exist.")
         elif t.count <= info.partitions:
-            res.update(error_code=INVALID_PARTITIONS,
+            res.update(error_code=ErrorCode.invalid_partitions,
                        error_message=f"Topic currently has {info.partitions} partitions, which is higher than the "
                                      f"requested {t.count}." if t.count < info.partitions else
                                      f"Topic already has {info.partitions} partitions.")
         elif t.count > MAX_PARTITIONS:
-            res.update(error_code=INVALID_PARTITIONS, error_message=f"Partition count {t.count} exceeds {MAX_PARTITIONS}")
+            res.update(error_code=ErrorCode.invalid_partitions, error_message=f"Partition count {t.count} exceeds {MAX_PARTITIONS}")
         elif t.assignments is not None and (len(t.assignments) != t.count - info.partitions or any(
                 any(b != broker.node_id for b in a.broker_ids) for a in t.assignments)):
-            res.update(error_code=INVALID_REPLICA_ASSIGNMENT, error_message="Invalid replica assignment")
+            res.update(error_code=ErrorCode.invalid_replica_assignment, error_message="Invalid replica assignment")
         elif not body.validate_only:
             broker.controller.submit(partition_records(broker, info.topic_id, info.partitions, t.count))
         results.append(res)

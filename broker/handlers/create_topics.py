@@ -4,6 +4,7 @@ from __future__ import annotations
 from broker.topic_admin import AdminError, check_create, create_topic
 from broker.handlers.describe_configs import topic_config_entries
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 19
 VERSIONS = (2, 7)
@@ -22,7 +23,8 @@ def handle(broker, req):
                "num_partitions": -1, "replication_factor": -1, "configs": None}
         try:
             if seen[t.name] > 1:
-                raise AdminError(42, f"Create topics request from client contains duplicate topic {t.name}")
+                raise AdminError(ErrorCode.invalid_request,
+                                 f"Create topics request from client contains duplicate topic {t.name}")
             n, cfg = check_create(broker, t.name, t.num_partitions, t.replication_factor,
                                   [a.broker_ids for a in t.assignments], {c.name: c.value for c in t.configs})
             if not body.validate_only:

@@ -3,15 +3,12 @@ from __future__ import annotations
 
 from metadata.records import RemoveTopicRecord
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 20
 VERSIONS = (1, 6)
 DECODABLE = (1, 6)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_DELETION_DISABLED = 73
-UNKNOWN_TOPIC_ID = 100
-INVALID_REQUEST = 42
 
 
 def handle(broker, req):
@@ -27,11 +24,11 @@ def handle(broker, req):
         res = {"name": info.name if info else name, "topic_id": info.uuid if info else tid, "error_code": 0,
                "error_message": None}
         if name is not None and tid is not None:
-            res.update(error_code=INVALID_REQUEST, error_message="Only one of topic name and topic id may be set")
+            res.update(error_code=ErrorCode.invalid_request, error_message="Only one of topic name and topic id may be set")
         elif not broker.config.get_bool("delete.topic.enable"):
-            res["error_code"] = TOPIC_DELETION_DISABLED
+            res["error_code"] = ErrorCode.topic_deletion_disabled
         elif info is None:
-            res["error_code"] = UNKNOWN_TOPIC_ID if tid is not None else UNKNOWN_TOPIC_OR_PARTITION
+            res["error_code"] = ErrorCode.unknown_topic_id if tid is not None else ErrorCode.unknown_topic_or_partition
         else:
             broker.controller.submit([RemoveTopicRecord(info.topic_id)])     # the publisher deletes the logs
         results.append(res)

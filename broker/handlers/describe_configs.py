@@ -7,6 +7,7 @@ from urllib.parse import quote, unquote, urlsplit
 from broker.config import BROKER_DEFAULTS
 from protocol import kio_codec
 from storage.log.log_config import TOPIC_CONFIGS
+from protocol.errors import ErrorCode
 
 API_KEY = 32
 VERSIONS = (1, 4)
@@ -17,8 +18,6 @@ TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 # ConfigType values
 _TYPE = {bool: 1, str: 2, int: 5, float: 6}
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUEST = 42
 
 
 def _fmt(value) -> str:
@@ -90,17 +89,17 @@ def handle(broker, req):
         if r.resource_type == TOPIC:
             info = broker.topics.get(r.resource_name)
             if info is None:
-                res.update(error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                res.update(error_code=ErrorCode.unknown_topic_or_partition,
                            error_message=f"Topic {r.resource_name} does not exist")
             else:
                 res["configs"] = topic_config_entries(broker, info.configs)
         elif r.resource_type == BROKER:
             if r.resource_name not in ("", str(broker.node_id)):
-                res.update(error_code=INVALID_REQUEST, error_message=f"Unexpected broker id {r.resource_name}")
+                res.update(error_code=ErrorCode.invalid_request, error_message=f"Unexpected broker id {r.resource_name}")
             else:
                 res["configs"] = _broker_entries(broker)
         else:
-            res.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type {r.resource_type}")
+            res.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type {r.resource_type}")
         keys = r.configuration_keys
         if keys is not None:
             res["configs"] = [c for c in res["configs"] if c["name"] in keys]

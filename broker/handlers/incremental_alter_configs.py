@@ -5,6 +5,7 @@ from broker.topic_admin import AdminError, validate_configs, validate_remote_sto
 from metadata.records import TOPIC_RESOURCE, ConfigRecord
 from protocol import kio_codec
 from storage.log.log_config import TOPIC_CONFIGS
+from protocol.errors import ErrorCode
 
 API_KEY = 44
 VERSIONS = (0, 1)
@@ -12,9 +13,6 @@ DECODABLE = (0, 1)
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC, BROKER = 2, 4
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
 _LIST_CONFIGS = {"cleanup.policy"}
 
 
@@ -23,17 +21,17 @@ def _apply(current: dict[str, str], ops) -> dict[str, str]:
     names = [op.name for op in ops]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
-        raise AdminError(INVALID_REQUEST, f"Error due to duplicate config keys: {sorted(dup)}")
+        raise AdminError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {sorted(dup)}")
     for op in ops:
         if op.name not in TOPIC_CONFIGS:
-            raise AdminError(INVALID_CONFIG, f"Unknown topic config name: {op.name}")
+            raise AdminError(ErrorCode.invalid_config, f"Unknown topic config name: {op.name}")
         if op.config_operation == SET:
             new[op.name] = op.value
         elif op.config_operation == DELETE:
             new.pop(op.name, None)
         elif op.config_operation in (APPEND, SUBTRACT):
             if op.name not in _LIST_CONFIGS:
-                raise AdminError(INVALID_CONFIG, f"Config value append/subtract is not allowed for config {op.name} "
+                raise AdminError(ErrorCode.invalid_config, f"Config value append/subtract is not allowed for config {op.name} "
                                                  f"as it is not a list type")
             base = new.get(op.name, TOPIC_CONFIGS[op.name].default)
             items = [x for x in str(base).split(",") if x]
@@ -44,7 +42,7 @@ def _apply(current: dict[str, str], ops) -> dict[str, str]:
                     items.remove(x)
             new[op.name] = ",".join(items)
         else:
-            raise AdminError(INVALID_REQUEST, f"Unknown config operation {op.config_operation}")
+            raise AdminError(ErrorCode.invalid_request, f"Unknown config operation {op.config_operation}")
     return new
 
 
@@ -57,16 +55,16 @@ def handle(broker, req):
                "resource_name": r.resource_name}
         try:
             if r.resource_type != TOPIC:
-                raise AdminError(INVALID_REQUEST, "Only topic configs can be altered; broker configs are static")
+                raise AdminError(ErrorCode.invalid_request, "Only topic configs can be altered; broker configs are static")
             info = broker.topics.get(r.resource_name)
             if info is None:
-                raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic {r.resource_name} does not exist")
+                raise AdminError(ErrorCode.unknown_topic_or_partition, f"Topic {r.resource_name} does not exist")
             new = validate_configs(_apply(info.configs, r.configs))
             validate_remote_storage(broker, info.name, new, info.configs)
             try:
                 broker.config.log_config(new)
             except ValueError as e:
-                raise AdminError(INVALID_CONFIG, str(e)) from None
+                raise AdminError(ErrorCode.invalid_config, str(e)) from None
             if not body.validate_only:
                 changes = [ConfigRecord(TOPIC_RESOURCE, info.name, k, v) for k, v in sorted(new.items())
                            if info.configs.get(k) != v]

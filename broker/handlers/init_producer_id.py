@@ -6,12 +6,12 @@ with the epoch bumped, so its sequence numbers restart at 0.
 from __future__ import annotations
 
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 22
 VERSIONS = (0, 5)
 DECODABLE = (0, 5)
 
-COORDINATOR_NOT_AVAILABLE = 15
 MAX_EPOCH = 32767
 
 
@@ -21,7 +21,7 @@ def handle(broker, req):
     resp = {"throttle_time": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
     if body.transactional_id is not None:
         # No transaction coordinator yet: retriable error, as Kafka answers while its coordinator is unavailable.
-        resp["error_code"] = COORDINATOR_NOT_AVAILABLE
+        resp["error_code"] = ErrorCode.coordinator_not_available
     else:
         pid = getattr(body, "producer_id", -1)
         epoch = getattr(body, "producer_epoch", -1)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from broker.topic_admin import auto_create
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 3
 VERSIONS = (0, 12)
 DECODABLE = (0, 12)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
-INVALID_TOPIC_EXCEPTION = 17
 
 
 def _topic_entry(info, error: int = 0):
@@ -37,7 +35,7 @@ def handle(broker, req):
             if name is None and topic_id is not None and topic_id.int != 0:
                 info = broker.topics.by_id(topic_id)
                 if info is None:
-                    topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
+                    topics.append({"error_code": ErrorCode.unknown_topic_id, "name": None, "topic_id": topic_id,
                                    "partitions": []})
                 else:
                     topics.append(_topic_entry(info))
@@ -49,7 +47,7 @@ def handle(broker, req):
                     topics.append({"error_code": err, "name": name, "topic_id": None, "partitions": []})
                     continue
             if info is None:
-                topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "topic_id": None,
+                topics.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": None,
                                "partitions": []})
             else:
                 topics.append(_topic_entry(info))

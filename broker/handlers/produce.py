@@ -11,18 +11,12 @@ from protocol.record_batch import InvalidRecordError, split_and_validate
 from protocol.records import null_key_indexes, recompress_batch
 from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, read_array_len, read_bytes_view, read_i16, read_i32,
                            read_string, skip_tagged_fields, string)
+from protocol.errors import ErrorCode
 
 API_KEY = 0
 VERSIONS = (0, 11)
 DECODABLE = (0, 11)
 
-NONE = 0
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUIRED_ACKS = 21
-INVALID_TXN_STATE = 48
-KAFKA_STORAGE_ERROR = 56
-INVALID_RECORD = 87
 
 log = logging.getLogger("strata.produce")
 
@@ -67,11 +61,11 @@ def handle(broker, req):
             base_offset, append_time, log_start = -1, -1, -1
             part = replicas.get(name, index) if topic is not None else None
             if acks not in (-1, 0, 1):
-                err = INVALID_REQUIRED_ACKS
+                err = ErrorCode.invalid_required_acks
             elif part is None:
-                err = UNKNOWN_TOPIC_OR_PARTITION
+                err = ErrorCode.unknown_topic_or_partition
             elif records is None:
-                err, msg = CORRUPT_MESSAGE, "null record set"
+                err, msg = ErrorCode.corrupt_message, "null record set"
             else:
                 try:
                     cfg = part.config
@@ -83,10 +77,10 @@ def handle(broker, req):
                         records = _recompress(records, target)
                         headers = split_and_validate(records, cfg.max_message_bytes)
                     if txn_id is not None or any(h.is_transactional for h in headers):
-                        raise InvalidRecordError(INVALID_TXN_STATE, "transactions are not supported yet")
+                        raise InvalidRecordError(ErrorCode.invalid_txn_state, "transactions are not supported yet")
                     result = part.append_records_to_leader(records, headers, acks)
                     err, msg = result.error_code, result.error_message
-                    if err == NONE:
+                    if err == ErrorCode.none:
                         base_offset, append_time = result.base_offset, result.log_append_time
                     log_start = result.log_start_offset
                 except InvalidRecordError as e:
@@ -95,7 +89,7 @@ def handle(broker, req):
                     log.info("rejected produce to %s-%d from %s: %s", name, index, req.client_id, e)
                 except OSError as e:
                     log.error("append to %s-%d failed: %s", name, index, e)
-                    err, msg = KAFKA_STORAGE_ERROR, str(e)
+                    err, msg = ErrorCode.kafka_storage_error, str(e)
             out_parts.append((index, err, base_offset, append_time, log_start, msg, record_errors))
         out_topics.append((name, out_parts))
     if acks == 0:
@@ -112,12 +106,12 @@ def _check_keys(records, topic: str, index: int) -> None:
     try:
         missing = null_key_indexes(records)
     except ValueError as e:
-        raise InvalidRecordError(CORRUPT_MESSAGE, f"cannot decode records: {e}") from None
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"cannot decode records: {e}") from None
     if missing:
         why = f"Compacted topic cannot accept message without key in topic partition {topic}-{index}."
         errors = [(i, why) for i in missing]
         shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-        raise InvalidRecordError(INVALID_RECORD, f"One or more records have been rejected due to {len(errors)} "
+        raise InvalidRecordError(ErrorCode.invalid_record, f"One or more records have been rejected due to {len(errors)} "
                                                  f"record errors in total, and only showing the first three errors "
                                                  f"at most: [{shown}]", errors)
 
@@ -126,7 +120,7 @@ def _recompress(records, codec: int) -> bytearray:
     try:
         return recompress_batch(records, codec)
     except ValueError as e:
-        raise InvalidRecordError(CORRUPT_MESSAGE, f"cannot recompress batch: {e}") from None
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"cannot recompress batch: {e}") from None
 
 
 def encode_response(version: int, flexible: bool, topics) -> list[bytes]:
