@@ -151,6 +151,11 @@ class Log:
         self.high_watermark = start
         self.leader_epoch_cache.truncate_from_start(start)
         self._load_producer_state(now)
+        # Loading read the active segment through a mapping (and Python's mmap holds a dup of the descriptor): drop
+        # it, so an idle partition costs one open file, not two; the first read maps it again. With 10,000+
+        # partitions the two descriptors each ran past a 20,000 open-file limit.
+        for seg in self._segments:
+            seg.drop_mapping()
 
     def _recovered_batch_epoch(self, h: BatchHeader) -> None:
         """During recovery, re-learn leader epochs from batch headers (as Kafka's LogSegment.recover)."""

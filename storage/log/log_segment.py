@@ -108,6 +108,10 @@ class LogSegment:
             self._view = memoryview(self._mm).toreadonly()
         return self._view
 
+    def drop_mapping(self) -> None:
+        """Unmap until the next read (outstanding slices stay valid)."""
+        self._unmap()
+
     def _unmap(self) -> None:
         if self._view is not None:
             try:
