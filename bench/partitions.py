@@ -35,8 +35,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from benchdoc import write_results
-from produce_fetch import (BrokerProc, cpu_seconds, create_topic, fetch_phase, machine_busy_seconds,
-                           produce_phase, wait_for_quiet)
+from confluent_kafka.admin import NewTopic
+from produce_fetch import (BrokerProc, cpu_seconds, fetch_phase, machine_busy_seconds, produce_phase,
+                           wait_for_quiet)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -49,6 +50,13 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """CreateTopics answers once every partition's log exists: 10,000 of them take seconds, so wait long."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=120,
+                        request_timeout=180)[topic].result(timeout=200)
 
 
 def wait_partitions(bootstrap: str, topic: str, count: int, timeout: float = 120) -> None:

@@ -112,7 +112,8 @@ class Log:
         isize = min(self.config.segment_index_bytes, INT32_MAX)
         segs = [LogSegment(self.dir, b, max_index_size=isize, active=(i == len(bases) - 1),
                            index_interval_bytes=interval) for i, b in enumerate(bases)]
-        if not segs:
+        fresh = not segs
+        if fresh:
             segs = [LogSegment.create(self.dir, ckpt_start, isize, interval)]
         # Sealed segments were fsynced on roll; only damaged index files make us rescan one.
         i = 0
@@ -131,7 +132,7 @@ class Log:
         self._segments = segs
         self._bases = [s.base_offset for s in segs]
         active = segs[-1]
-        if not (clean and active.load_clean()):
+        if not fresh and not (clean and active.load_clean()):      # a new log has nothing to recover
             active.recover(self._recovered_batch_epoch)
         leo = active.next_offset
         if active.size:

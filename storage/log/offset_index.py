@@ -130,12 +130,14 @@ class AbstractIndex:
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
     def reset(self) -> None:
-        """Drop every entry and make the index writable again (used to rebuild it from the log)."""
+        """Drop every entry and make the index writable (in memory) again, to rebuild it from the log; the file is
+        rewritten when the segment is sealed."""
         self._unmap()
         self._writable = True
-        with open(self.path, "wb"):
-            pass
-        self._load()
+        self._data = bytearray()
+        self._entries = 0
+        self._max_entries = self.max_index_size // self.ENTRY.size
+        self._loaded = True
 
     def flush(self) -> None:
         """Nothing to do: the active index is rebuilt from the log after a crash; seal() writes it."""
