@@ -25,7 +25,7 @@ What NullLog does, and what it leaves out:
 * Nothing survives a restart (topic metadata does, through the unchanged metadata log in log.dirs).
 
 Run exactly like the real broker:  python bench/null_broker.py broker --override listeners=PLAINTEXT://127.0.0.1:9093 ...
-If storage/log.py does not exist yet, a stand-in `storage.log.log` module is installed so the null broker still runs.
+If storage/log/log.py does not exist yet, a stand-in `storage.log.log` module is installed so the null broker still runs.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from protocol.wire import read_varint  # noqa: E402
 
 
 class NullOffsetOutOfRange(Exception):
-    """Used only when storage/log.py does not exist yet."""
+    """Used only when storage/log/log.py does not exist yet."""
 
 
 class NullAppendResult:
@@ -237,7 +237,7 @@ def install() -> None:
         _append_result = getattr(storage.log.log, "AppendResult", NullAppendResult)
     except ImportError:
         stub = types.ModuleType("storage.log.log")
-        stub.__doc__ = "stand-in installed by bench/null_broker.py: storage/log.py does not exist yet"
+        stub.__doc__ = "stand-in installed by bench/null_broker.py: storage/log/log.py does not exist yet"
         stub.Log = NullLog
         stub.OffsetOutOfRangeError = NullOffsetOutOfRange
         stub.AppendResult = NullAppendResult

@@ -4,7 +4,8 @@ The broker's produce/fetch path never looks inside a batch (see record_batch.py)
 few places that must: ListOffsets by timestamp, compaction, the Spark reader and tests. It favours clarity
 over speed, but every step is linear in the batch size.
 
-Record layout inside the (possibly compressed) records section, all integers zigzag varints:
+Record layout inside the (possibly compressed) records section, all integers zigzag varints (at most 5 bytes; the
+timestamp delta a varlong of at most 10, as Kafka's DefaultRecord reads them):
 
     length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
     keyLength varint | key | valueLength varint | value          (length -1 = null)
@@ -16,7 +17,7 @@ import time
 from typing import Iterable, Iterator, NamedTuple
 
 from protocol import compression
-from protocol.wire import VarintError, read_varint, varint
+from protocol.wire import VarintError, read_varint, read_varlong, varint
 from protocol.record_batch import (
     COMPRESSION_MASK, CONTROL_BIT, CORRUPT_MESSAGE, HEADER, HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_BIT,
     compute_crc, iter_batches, read_header,
@@ -125,7 +126,7 @@ def _decode_record(buf: bytes, pos: int, end: int, base_offset: int, base_timest
     if length <= 0 or stop > end:
         raise CorruptRecordError(f"record length {length} at byte {start} does not fit the records section")
     pos += 1  # record attributes: unused in v2
-    ts_delta, pos = read_varint(buf, pos)
+    ts_delta, pos = read_varlong(buf, pos)
     offset_delta, pos = read_varint(buf, pos)
     key, pos = _read_bytes(buf, pos, stop)
     value, pos = _read_bytes(buf, pos, stop)
@@ -295,7 +296,7 @@ def scan_records(buf: bytes, pos: int, end: int, count: int) -> list[RecordSpan]
             if b < 0x80:
                 ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
             else:
-                ts_delta, p = read_varint(buf, p)
+                ts_delta, p = read_varlong(buf, p)
             ts_end = p
             b = buf[p]
             if b < 0x80:

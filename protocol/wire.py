@@ -47,12 +47,18 @@ def uvarint(v: int) -> bytes:
 
 
 class VarintError(ValueError):
-    """A signed varint longer than Kafka allows (10 bytes, ByteUtils.readVarlong)."""
+    """A signed varint longer than Kafka allows: 5 bytes for a varint, 10 for a varlong (ByteUtils)."""
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
-    """The one reader of Kafka's zigzag varint/varlong (record fields): (value, next position). IndexError if it
-    runs off the end of `buf` (callers turn that into their corrupt-data error), VarintError past 10 bytes."""
+def read_varint(buf, pos: int, max_bytes: int = 5) -> tuple[int, int]:
+    """The one reader of Kafka's zigzag varints (record fields): (value, next position).
+
+    As ByteUtils.readVarint by default (at most 5 bytes, the value an int32: bits past 32 are dropped as Java's int
+    shifts drop them); `max_bytes=10` is ByteUtils.readVarlong (a record's timestamp delta; see read_varlong). Raises
+    IndexError when it runs off the end of `buf` (callers turn that into their corrupt-data error) and VarintError
+    when the last allowed byte still has its continuation bit set. One-byte values take the early return, so callers'
+    hot loops rarely need their own copy.
+    """
     b = buf[pos]
     pos += 1
     if b < 0x80:
@@ -64,10 +70,19 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
         pos += 1
         raw |= (b & 0x7F) << shift
         if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
+            break
         shift += 7
-        if shift >= 70:
-            raise VarintError(f"varint longer than 10 bytes at byte {pos}")
+        if shift >= 7 * max_bytes:
+            kind = "varint" if max_bytes == 5 else "varlong"
+            raise VarintError(f"{kind} longer than {max_bytes} bytes at byte {pos - max_bytes}")
+    if shift >= 28:                         # 5+ bytes: may exceed the Java type's width
+        raw &= 0xFFFFFFFF if max_bytes == 5 else 0xFFFFFFFFFFFFFFFF
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def read_varlong(buf, pos: int) -> tuple[int, int]:
+    """ByteUtils.readVarlong: a zigzag varlong of at most 10 bytes (a record's timestamp delta)."""
+    return read_varint(buf, pos, 10)
 
 
 def varint(v: int) -> bytes:

@@ -8,12 +8,12 @@ one- and two-byte varints that almost every field uses and skips the headers whe
 (1.4 us per record). It applies the same checks as iter_records (every field inside its record, the records filling
 the section) and tests compare the two on every codec.
 
-Record layout (zigzag varints): length | attributes int8 | timestampDelta | offsetDelta | keyLength | key |
+Record layout (zigzag varints, the timestamp delta a varlong): length | attributes int8 | timestampDelta | offsetDelta | keyLength | key |
 valueLength | value | headerCount | (headerKeyLength | headerKey | headerValueLength | headerValue)*
 """
 from __future__ import annotations
 
-from protocol.wire import VarintError, read_varint
+from protocol.wire import VarintError, read_varint, read_varlong
 
 
 class CorruptBatch(ValueError):
@@ -52,7 +52,7 @@ def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_appe
                 raw = (b & 0x7F) | (buf[p + 1] << 7)
                 tsd, p = (raw >> 1) ^ -(raw & 1), p + 2
             else:
-                tsd, p = read_varint(buf, p)
+                tsd, p = read_varlong(buf, p)
             # offset delta
             b = buf[p]
             if b < 0x80:

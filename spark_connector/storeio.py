@@ -1,4 +1,4 @@
-"""Synchronous access to Strata's asyncio ObjectStore (storage/object_store.py) from Spark's Python workers, and the
+"""Synchronous access to Strata's asyncio ObjectStore (storage/objectstore/object_store.py) from Spark's Python workers, and the
 store-only view of a topic used when no broker answers.
 
 The stores are asyncio objects; Spark's reader code is synchronous generators. A StoreClient runs one event loop

@@ -1,5 +1,5 @@
 """Group state in `__consumer_offsets` (Kafka's GroupMetadataManager persistence: append path and start-up loader);
-the record formats themselves are broker/group_records.py.
+the record formats themselves are broker/groups/records.py.
 
 The group -> partition mapping is Kafka's `Utils.abs(groupId.hashCode()) % partitions` with Java's String.hashCode
 (UTF-16 code units, int32 wrap-around) and Kafka's Utils.abs (Math.abs, except Integer.MIN_VALUE -> 0).

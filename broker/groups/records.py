@@ -21,7 +21,7 @@ A null value is a tombstone. What Kafka 3.x/4.x writes, and so what this module 
     group metadata     key v2, value v3 (protocolType, generation, protocol, leader, currentStateTimestamp, members
                        with groupInstanceId, rebalanceTimeout, sessionTimeout, subscription, assignment)
 
-Appending and loading these records is broker/group_metadata_store.py.
+Appending and loading these records is broker/groups/metadata_store.py.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """ConsumerGroupDescribe (key 69, KIP-848): state, epochs, assignor and members (current and target assignments) of
-consumer-protocol groups; GROUP_ID_NOT_FOUND for unknown and classic groups. See broker/consumer_group.py."""
+consumer-protocol groups; GROUP_ID_NOT_FOUND for unknown and classic groups. See broker/groups/consumer/consumer_group.py."""
 from __future__ import annotations
 
 from protocol import kio_codec

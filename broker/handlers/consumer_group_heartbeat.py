@@ -1,6 +1,6 @@
 """ConsumerGroupHeartbeat (key 68, KIP-848): joins, heartbeats and leaves a consumer-protocol group; the coordinator
 answers with the member epoch and, when it changed (or on a full request), the member's assignment by topic id.
-See broker/consumer_group.py. v1 requires a client-generated member id (KIP-1082)."""
+See broker/groups/consumer/consumer_group.py. v1 requires a client-generated member id (KIP-1082)."""
 from __future__ import annotations
 
 import datetime

@@ -1,4 +1,4 @@
-"""JoinGroup (key 11): parks until the group's rebalance completes (see broker/group_coordinator.py).
+"""JoinGroup (key 11): parks until the group's rebalance completes (see broker/groups/classic/group_coordinator.py).
 
 v4+ asks an unknown member to rejoin with a generated id (MEMBER_ID_REQUIRED, KIP-394); v5+ carries
 group.instance.id (KIP-345); v9 lets a rejoining static leader skip the assignment (KIP-814).

@@ -15,7 +15,7 @@ Per tiered partition one asyncio task runs every `remote.log.manager.task.interv
    segments already in the remote tier (and rolls the active segment when it alone breaches local retention).
 
 Reads below the local log start (Fetch, and ListOffsets by timestamp) are the RemoteLogReader mixin in
-storage/remote_log_reader.py.
+storage/tiered/remote_log_reader.py.
 """
 from __future__ import annotations
 

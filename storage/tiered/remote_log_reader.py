@@ -5,7 +5,7 @@ Reads below the local log start go through `read()` on a bounded reader pool (`r
 `remote.log.reader.max.pending.tasks` waiting), with a per-segment index cache and a chunk cache with sequential
 prefetch; the Fetch handler waits for them at most `remote.fetch.max.wait.ms`.
 
-`RemoteLogReader` is mixed into RemoteLogManager (storage/remote_log_manager.py) rather than being an object of its
+`RemoteLogReader` is mixed into RemoteLogManager (storage/tiered/remote_log_manager.py) rather than being an object of its
 own: it works on the manager's state (rsm, rlmm, metrics, reader slots and caches), which RemoteLogManager.__init__
 sets up from the broker config with the rest.
 """

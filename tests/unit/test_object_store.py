@@ -1,6 +1,6 @@
 """One scenario suite for every ObjectStore backend: the local filesystem store and S3 (a moto_server subprocess).
 
-Everything above storage/object_store.py may rely only on what these tests pin down, so the shared tests come
+Everything above storage/objectstore/object_store.py may rely only on what these tests pin down, so the shared tests come
 first; backend-specific tests (cross-process locking, on-disk layout, outages of the S3 endpoint) follow.
 The S3 parameter carries the `s3` marker (`-m "not s3"` skips it); moto does ~100 PUT/s, so object counts stay small.
 """

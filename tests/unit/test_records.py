@@ -484,7 +484,7 @@ def test_structural_corruption():
     padded = bytes([section[0] + 6]) + section[1:1 + body_len] + b"\x00\x00\x00"
     with pytest.raises(CorruptRecordError, match="declares"):
         list(iter_records(_replace_section(batch, padded, count=1)))
-    with pytest.raises(CorruptRecordError, match="longer than 10 bytes"):
+    with pytest.raises(CorruptRecordError, match="varint longer than 5 bytes"):   # the record length is a varint
         list(iter_records(_replace_section(batch, b"\xff" * 12, count=1)))
     null_header_key = build_batch([(b"k", b"v")], headers=[[("x", b"1")]])
     i = null_header_key.rindex(b"\x02x\x02")
@@ -518,3 +518,49 @@ def test_recompress_batch_keeps_offsets_producer_fields_and_headers():
     assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in iter_records(out)] == \
         [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in iter_records(src)]
     assert read_header(recompress_batch(src, 0), 0).compression == 0
+
+
+# --- signed varints (protocol.wire: Kafka's ByteUtils.readVarint / readVarlong) ---------------------------
+
+def test_varint_and_varlong_round_trip_and_kafka_limits():
+    from protocol.wire import VarintError, read_varint, read_varlong, varint
+    for v in (0, 1, -1, 63, -64, 64, 300, -300, 2**31 - 1, -2**31):
+        enc = varint(v)
+        assert len(enc) <= 5 and read_varint(enc, 0) == (v, len(enc))
+    for v in (2**31, -2**31 - 1, 2**62, 2**63 - 1, -2**63):
+        enc = varint(v)
+        assert 5 <= len(enc) <= 10 and read_varlong(enc, 0) == (v, len(enc))
+        if len(enc) > 5:
+            with pytest.raises(VarintError, match="varint longer than 5 bytes"):
+                read_varint(enc, 0)
+    # a 5-byte varint whose value needs more than 32 bits keeps the low 32, as Java's int shifts do
+    assert read_varint(b"\xff\xff\xff\xff\x7f", 0) == (-2**31, 5)        # raw 0xFFFFFFFF -> zigzag -2^31
+    assert read_varint(b"\xfe\xff\xff\xff\x1f", 0) == (2**31 - 1, 5)     # raw 0xFFFFFFFE
+    # the 10th byte of a varlong contributes its lowest bit only (Java's `b << 63`)
+    assert read_varlong(b"\xff" * 9 + b"\x7f", 0) == (-2**63, 10)
+    with pytest.raises(VarintError, match="varlong longer than 10 bytes"):
+        read_varlong(b"\xff" * 10 + b"\x01", 0)
+    with pytest.raises(IndexError):                   # truncated: the callers' corrupt-data error
+        read_varint(b"\x80\x80", 0)
+    assert read_varint(b"\x00\x96\x01", 1) == (75, 3)   # reads from `pos`
+
+
+def test_record_fields_use_varint_limits_and_the_timestamp_delta_a_varlong():
+    """A record whose timestamp delta needs 6+ bytes decodes (Kafka reads it with readVarlong); a key length
+    spelled in 6 bytes does not (readVarint stops at 5), in every reader of records."""
+    from protocol.records import null_key_indexes, scan_records
+    far = 1_700_000_000_000
+    batch = build_records_batch([Record(0, 0, b"k", b"v", []), Record(1, far, None, b"w", [])], timestamp_ms=0)
+    assert [(r.timestamp, r.key) for r in iter_records(batch)] == [(0, b"k"), (far, None)]
+    assert null_key_indexes(batch) == [1]
+    section = batch[HEADER_SIZE:]
+    assert [span[4] for span in scan_records(section, 0, len(section), 2)] == [0, far]
+    # key length 1 as a 6-byte varint: 0x82 0x80 0x80 0x80 0x80 0x00 (record length grows by 5)
+    one = build_records_batch([(b"k", b"v")], timestamp_ms=0)[HEADER_SIZE:]
+    assert one[4] == 2 and one[0] // 2 == len(one) - 1               # key length 1 at byte 4, after 3 one-byte
+    padded = bytes([one[0] + 10]) + one[1:4] + b"\x82\x80\x80\x80\x80\x00" + one[5:]
+    bad = _replace_section(batch, padded, count=1)
+    for decode in (lambda: list(iter_records(bad)), lambda: null_key_indexes(bad),
+                   lambda: scan_records(padded, 0, len(padded), 1)):
+        with pytest.raises(CorruptRecordError, match="varint longer than 5 bytes"):
+            decode()

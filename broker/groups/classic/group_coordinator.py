@@ -23,13 +23,13 @@ Everything runs on the event loop thread, so no locks.
 
 Persistence: every state change that Kafka writes to `__consumer_offsets` goes through `_store_group` (group metadata
 and assignments, or a tombstone for a Dead group) and `_store_offsets` (commits, or tombstones for deleted/expired
-offsets), which append Kafka-format records through broker/group_metadata_store.py before the client is answered and
+offsets), which append Kafka-format records through broker/groups/metadata_store.py before the client is answered and
 map a failed append to Kafka's error. At start-up every partition of __consumer_offsets is read back by an asyncio
 task; until a group's partition is loaded its APIs answer ErrorCode.coordinator_load_in_progress. Loaded groups come back in
 their last persisted state (Stable with members and generation, or Empty); their members expire by session timeout
 unless they heartbeat. Without a ReplicaManager (unit tests) the hooks are no-ops.
 
-KIP-848 consumer groups live in broker/consumer_group.py (`self.consumer`); the group ids of both kinds share one
+KIP-848 consumer groups live in broker/groups/consumer/consumer_group.py (`self.consumer`); the group ids of both kinds share one
 namespace, and the offset and admin APIs here forward consumer groups there.
 """
 from __future__ import annotations
@@ -143,7 +143,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
     def loading(self) -> bool:
         return bool(self._loading)
 
-    # -- persistence hooks (broker/group_metadata_store.py) -----------------------------------------------------------
+    # -- persistence hooks (broker/groups/metadata_store.py) -----------------------------------------------------------
     def _store_group(self, group: GroupMetadata, assignment: dict[str, bytes] | None = None) -> int:
         """Persist the group's metadata (generation, protocol, leader, members with their subscription metadata and
         `assignment`), or a tombstone when the group is Dead; returns the client-facing error (Kafka's mapping)."""

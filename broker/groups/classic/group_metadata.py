@@ -1,7 +1,7 @@
 """The classic group model (Kafka's GroupMetadata.scala / MemberMetadata.scala): one GroupMetadata per group id with
 its members, generation, chosen protocol and committed offsets, plus the error codes, states and result types the
 classic coordinator and its handlers share. Pure data and state checks: the timers, persistence and request logic are
-in broker/group_coordinator.py (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and broker/group_offsets.py (offsets,
+in broker/groups/classic/group_coordinator.py (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and broker/groups/classic/group_offsets.py (offsets,
 admin, offset retention)."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Server-side assignors of KIP-848 consumer groups (Kafka's UniformAssignor and RangeAssignor in group-coordinator's
 consumer package): pure functions from members' subscriptions and topic sizes to a target assignment, apart from the
-coordinator (broker/consumer_group.py), which picks one per group by name from ASSIGNORS.
+coordinator (broker/groups/consumer/consumer_group.py), which picks one per group by name from ASSIGNORS.
 """
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ Not implemented: online upgrade/downgrade of non-empty groups between the classi
 group of either kind converts, as Kafka does), rack-aware assignment, client-side assignors (KIP-848 classic
 members), topic metadata hashing (subscriptions are re-resolved against the topic store on every heartbeat).
 
-The replayed group and member state is broker/consumer_group_state.py, the assignors broker/consumer_group_assignors.py,
-the offset APIs, deletion and start-up replay broker/consumer_group_offsets.py.
+The replayed group and member state is broker/groups/consumer/state.py, the assignors broker/groups/consumer/assignors.py,
+the offset APIs, deletion and start-up replay broker/groups/consumer/offsets.py.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The offset, deletion and loading side of KIP-848 consumer groups: OffsetCommit/OffsetFetch/OffsetDelete and
 DeleteGroups for such groups (called by GroupCoordinator, which owns the APIs for both kinds), offset retention, topic
 deletion, the conversion of an Empty consumer group to a classic one, and the replay of a group's records at start-up.
-A mixin of ConsumerGroupCoordinator (broker/consumer_group.py), kept apart so the heartbeat logic reads on its own."""
+A mixin of ConsumerGroupCoordinator (broker/groups/consumer/consumer_group.py), kept apart so the heartbeat logic reads on its own."""
 from __future__ import annotations
 
 import logging

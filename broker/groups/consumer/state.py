@@ -1,6 +1,6 @@
 """ConsumerGroup and ConsumerGroupMember of KIP-848 consumer groups (Kafka's ConsumerGroup / ConsumerGroupMember in
 group-coordinator's modern.consumer package): the state a group's records (Kafka's record types 3 and 5-8) replay
-into. Apart from the coordinator (broker/consumer_group.py) because replay is the only way this state changes: the
+into. Apart from the coordinator (broker/groups/consumer/consumer_group.py) because replay is the only way this state changes: the
 coordinator replays an operation's records on a copy before appending them, and loading at start-up is the same
 replay.
 """
