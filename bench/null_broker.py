@@ -43,7 +43,7 @@ import crc32c  # noqa: E402
 
 from protocol.record_batch import (CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, _U32, assign_offset,  # noqa: E402
                                    set_log_append_time)
-from protocol.wire import read_varint  # noqa: E402
+from protocol.wire import read_varint, read_varlong  # noqa: E402
 
 
 class NullOffsetOutOfRange(Exception):
@@ -101,7 +101,7 @@ class _Template:
         pos, best, base_ts = 0, self.fields[7], self.fields[7]
         for _ in range(self.count):
             length, p = read_varint(self.body, pos)
-            ts_delta, _ = read_varint(self.body, p + 1)      # skip the attributes byte
+            ts_delta, _ = read_varlong(self.body, p + 1)      # skip the attributes byte
             best = max(best, base_ts + ts_delta)
             pos = p + length
             self.ends.append(pos)

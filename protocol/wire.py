@@ -151,14 +151,19 @@ def read_bytes_view(buf, pos: int, flexible: bool) -> tuple[memoryview | None, i
     return memoryview(buf)[pos:pos + n], pos + n
 
 
-def read_array_len(buf, pos: int, flexible: bool) -> tuple[int, int]:
+def read_array_len(buf, pos: int, flexible: bool, field: str = "array") -> tuple[int, int]:
+    """The length of a non-nullable array: a null (-1) or negative one is malformed, as in Kafka's generated readers
+    ("non-nullable field ... was serialized as null")."""
     if flexible:
         n, pos = read_uvarint(buf, pos)
         n -= 1
     else:
         n, pos = read_i32(buf, pos)
+    if n < 0:
+        raise MalformedRequest(f"non-nullable field {field} was serialized as null" if n == -1 else
+                               f"{field}: array length {n} cannot be negative")
     if n > len(buf) - pos:  # each element takes at least one byte
-        raise MalformedRequest(f"array length {n} exceeds the frame")
+        raise MalformedRequest(f"{field}: array length {n} exceeds the frame")
     return n, pos
 
 

@@ -22,21 +22,23 @@ log = logging.getLogger("strata.produce")
 
 
 def parse(frame, pos: int, version: int, flexible: bool):
-    """-> (transactional_id, acks, timeout_ms, [(topic, [(partition, records view | None)])])"""
+    """-> (transactional_id, acks, timeout_ms, [(topic, [(partition, records view | None)])]). Raises only
+    MalformedRequest, for anything ProduceRequestData.read would refuse (nulls where the schema has none included),
+    so handle() never sees a malformed request."""
     txn_id = None
     if version >= 3:
         txn_id, pos = read_string(frame, pos, flexible)
     acks, pos = read_i16(frame, pos)
     timeout, pos = read_i32(frame, pos)
-    n_topics, pos = read_array_len(frame, pos, flexible)
+    n_topics, pos = read_array_len(frame, pos, flexible, "ProduceRequest.topic_data")
     topics = []
-    for _ in range(max(n_topics, 0)):
+    for _ in range(n_topics):
         name, pos = read_string(frame, pos, flexible)
         if name is None:
-            raise MalformedRequest("null topic name in Produce")
-        n_parts, pos = read_array_len(frame, pos, flexible)
+            raise MalformedRequest("non-nullable field ProduceRequest.topic_data.name was serialized as null")
+        n_parts, pos = read_array_len(frame, pos, flexible, "ProduceRequest.topic_data.partition_data")
         parts = []
-        for _ in range(max(n_parts, 0)):
+        for _ in range(n_parts):
             index, pos = read_i32(frame, pos)
             records, pos = read_bytes_view(frame, pos, flexible)
             if flexible:

@@ -22,7 +22,7 @@ import struct
 from pathlib import Path
 from typing import Callable, Iterator
 
-from protocol.wire import read_varint
+from protocol.wire import read_varint, read_varlong
 from protocol.record_batch import (
     HEADER_SIZE, LOG_OVERHEAD, BatchHeader, compute_crc, iter_batches, read_header,
 )
@@ -446,7 +446,7 @@ def record_timestamps(batch, h: BatchHeader) -> Iterator[tuple[int, int]]:
             if pos >= end:
                 return
             length, body = read_varint(batch, pos)
-            ts_delta, p = read_varint(batch, body + 1)      # skip the record attributes byte
+            ts_delta, p = read_varlong(batch, body + 1)      # skip the record attributes byte
             offset_delta, _ = read_varint(batch, p)
             yield h.base_offset + offset_delta, (h.base_timestamp + ts_delta) if lat is None else lat
             pos = body + length

@@ -21,7 +21,7 @@ import crc32c
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
-from protocol.wire import read_varint
+from protocol.wire import read_varint, read_varlong
 
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
@@ -340,7 +340,7 @@ def decode_batches(data: bytes) -> list[Rec]:
                 length, p = read_varint(data, p)
                 rend = p + length
                 p += 1  # attributes
-                _ts, p = read_varint(data, p)
+                _ts, p = read_varlong(data, p)
                 odelta, p = read_varint(data, p)
                 klen, p = read_varint(data, p)
                 key = None if klen < 0 else data[p:p + klen]

@@ -831,3 +831,80 @@ def test_idempotent_producers_are_independent_per_partition(broker, client, topi
     assert p.error_code == NONE and p.base_offset == 0
     assert values(client.read_all(topic_name, 0)) == [b"p0-0", b"p0-1", b"o-0"]
     assert values(client.read_all(topic_name, 1)) == [b"p1-0", b"p1-1"]
+
+
+# ---- KIP-467: keyless records on a compacted topic ------------------------------------------------------------------
+
+KEYED_AND_KEYLESS = [(b"k0", b"v0"), (None, b"v1"), (b"k2", b"v2"), (None, b"v3")]
+
+
+def _keyless_reason(topic: str) -> str:
+    return f"Compacted topic cannot accept message without key in topic partition {topic}-0."
+
+
+def test_keyless_records_in_a_batch_fail_for_confluent_kafka(broker, topic_name):
+    """One batch of keyed and keyless records: Kafka refuses the whole batch; librdkafka reads record_errors and
+    fails the keyless records with INVALID_RECORD and the others with _INVALID_DIFFERENT_RECORD (without
+    record_errors all four would get INVALID_RECORD). Nothing reaches the log."""
+    from confluent_kafka import KafkaError, Producer
+
+    create_topic(broker, topic_name, cleanup_policy="compact")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "broker.address.family": "v4", "linger.ms": 200,
+                  "retries": 0, "acks": "all"})
+    errors = {}
+    for i, (key, value) in enumerate(KEYED_AND_KEYLESS):
+        p.produce(topic_name, key=key, value=value, partition=0,
+                  on_delivery=lambda err, msg, i=i: errors.__setitem__(i, err))
+    assert p.flush(15) == 0
+    assert {i: e and e.code() for i, e in errors.items()} == {
+        0: KafkaError._INVALID_DIFFERENT_RECORD, 1: KafkaError.INVALID_RECORD,
+        2: KafkaError._INVALID_DIFFERENT_RECORD, 3: KafkaError.INVALID_RECORD}, errors
+    with RawClient(broker.bootstrap, timeout=10) as c:
+        ok = c.produce(topic_name, 0, build_batch([(b"k", b"keyed")]))
+        assert ok.error_code == NONE and ok.base_offset == 0, ok       # the refused batch left nothing
+
+
+def test_keyless_records_in_a_batch_fail_for_kafka_python(broker, topic_name):
+    """kafka-python fails the records named in record_errors with InvalidRecordError and the rest of the batch with
+    Kafka's "part of a batch which had one more more invalid records" error."""
+    from kafka import KafkaProducer
+    from kafka.errors import InvalidRecordError, KafkaError
+
+    create_topic(broker, topic_name, cleanup_policy="compact")
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, retries=0, acks="all", linger_ms=200)
+    try:
+        futures = [p.send(topic_name, key=k, value=v, partition=0) for k, v in KEYED_AND_KEYLESS]
+        p.flush(15)
+        for f, (key, _) in zip(futures, KEYED_AND_KEYLESS):
+            with pytest.raises(KafkaError) as info:
+                f.get(timeout=15)
+            if key is None:
+                assert isinstance(info.value, InvalidRecordError), info.value
+                assert _keyless_reason(topic_name) in str(info.value)          # the record's own message
+            else:
+                assert not isinstance(info.value, InvalidRecordError) and "part of a batch" in str(info.value)
+        assert p.send(topic_name, key=b"k", value=b"keyed", partition=0).get(timeout=15).offset == 0
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("version", [8, 9, 11])
+@pytest.mark.parametrize("codec", [0, 4], ids=["none", "zstd"])
+def test_keyless_records_reported_per_record_on_the_wire(broker, client, topic_name, version, codec):
+    """record_errors holds (batch index, LogValidator's message) for each keyless record only, and error_message is
+    Kafka's processRecordErrors summary (at most three shown); compressed batches are walked the same way."""
+    from protocol.records import build_records_batch
+
+    create_topic(broker, topic_name, cleanup_policy="compact")
+    why = _keyless_reason(topic_name)
+    batch = build_records_batch([(None, b"a"), (b"k", b"b")] + [(None, b"c")] * 3, codec)
+    p = client.produce(topic_name, 0, batch, version=version)
+    assert p.error_code == INVALID_RECORD, p
+    assert [(e.batch_index, e.batch_index_error_message) for e in p.record_errors] == \
+        [(0, why), (2, why), (3, why), (4, why)]
+    assert p.error_message == (
+        "One or more records have been rejected due to 4 record errors in total, and only showing the first three "
+        f"errors at most: [RecordError(batchIndex=0, message='{why}'), RecordError(batchIndex=2, message='{why}'), "
+        f"RecordError(batchIndex=3, message='{why}')]")
+    keyed = client.produce(topic_name, 0, build_records_batch([(b"k", b"ok")], codec), version=version)
+    assert keyed.error_code == NONE and keyed.record_errors == () and keyed.error_message is None, keyed
