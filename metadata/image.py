@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable
 
-from metadata.records import (TOPIC_RESOURCE, ConfigRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
-                              RemoveTopicRecord, TopicRecord)
+from metadata.records import (TOPIC_RESOURCE, ConfigRecord, LeaderChangeRecord, PartitionRecord, ProducerIdsRecord,
+                              RegisterBrokerRecord, RemoveTopicRecord, TopicRecord)
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,8 @@ class MetadataImage:
     topics_by_name: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     topics_by_id: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     next_producer_id: int = 0
+    controller_id: int = -1                            # the active controller as of this image (-1: none yet)
+    controller_epoch: int = 0
 
     # ---- reads (the API `broker.topics` offers) -----------------------------------------------------------------
     def topics(self) -> list[TopicImage]:
@@ -82,6 +84,7 @@ class MetadataImage:
         a damaged log."""
         brokers, by_name, by_id = dict(self.brokers), dict(self.topics_by_name), dict(self.topics_by_id)
         next_pid = self.next_producer_id
+        controller = (self.controller_id, self.controller_epoch)
         n = 0
         for r in records:
             n += 1
@@ -127,7 +130,30 @@ class MetadataImage:
                 del by_name[t.name]
             elif isinstance(r, ProducerIdsRecord):
                 next_pid = max(next_pid, r.next_producer_id)
+            elif isinstance(r, LeaderChangeRecord):
+                if r.controller_epoch <= controller[1]:
+                    raise ValueError(f"controller epoch {r.controller_epoch} is not above {controller[1]}")
+                controller = (r.controller_id, r.controller_epoch)
             else:
                 raise ValueError(f"unknown metadata record {type(r).__name__}")
         return MetadataImage(self.offset + n, MappingProxyType(brokers), MappingProxyType(by_name),
-                             MappingProxyType(by_id), next_pid)
+                             MappingProxyType(by_id), next_pid, *controller)
+
+    def skip(self, n: int) -> "MetadataImage":
+        """This image with the offset moved past `n` records that are not applied (a fenced controller's batch)."""
+        return replace(self, offset=self.offset + n)
+
+    def to_records(self) -> list:
+        """Records that rebuild this image from an empty one (a snapshot's content; the offset is kept beside)."""
+        out: list = [RegisterBrokerRecord(b.broker_id, b.incarnation_id, b.rack, list(b.endpoints),
+                                          b.fenced) for b in self.brokers.values()]
+        for t in self.topics_by_name.values():
+            out.append(TopicRecord(t.name, t.topic_id))
+            out += [PartitionRecord(t.topic_id, i, list(p.replicas), list(p.isr), p.leader, p.leader_epoch,
+                                    p.partition_epoch) for i, p in enumerate(t.partition_states)]
+            out += [ConfigRecord(TOPIC_RESOURCE, t.name, k, v) for k, v in sorted(t.configs.items())]
+        if self.next_producer_id:
+            out.append(ProducerIdsRecord(-1, self.next_producer_id))
+        if self.controller_epoch:
+            out.append(LeaderChangeRecord(self.controller_id, self.controller_epoch))
+        return out

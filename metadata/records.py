@@ -52,13 +52,35 @@ class ProducerIdsRecord(msgspec.Struct, tag="ProducerIds"):
     next_producer_id: int                            # the first id of the next block to hand out
 
 
+class LeaderChangeRecord(msgspec.Struct, tag="LeaderChange"):
+    """The first record a new active controller appends (Kafka's LeaderChangeMessage control record): from here on
+    the log is written at `controller_epoch`, and batches of older epochs are skipped on replay."""
+    controller_id: int
+    controller_epoch: int
+
+
 MetadataRecord = Union[RegisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord, RemoveTopicRecord,
-                       ProducerIdsRecord]
+                       ProducerIdsRecord, LeaderChangeRecord]
 
 
 class Envelope(msgspec.Struct, array_like=True):
     controller_epoch: int
     record: MetadataRecord
+
+
+class MetadataBatch(msgspec.Struct, array_like=True):
+    """One object of the metadata log in the object store (metadata/object_store_log.py): the records one
+    `submit` appended, all or none, with the epoch of the controller that wrote them."""
+    controller_epoch: int
+    records: list[MetadataRecord]
+
+
+class MetadataSnapshot(msgspec.Struct, array_like=True):
+    """The image as of `offset`, as the records that rebuild it (Kafka's metadata snapshot), so that a broker
+    starts from the newest snapshot instead of replaying the whole log."""
+    offset: int
+    controller_epoch: int
+    records: list[MetadataRecord]
 
 
 _encoder = msgspec.msgpack.Encoder()

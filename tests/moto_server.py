@@ -23,6 +23,9 @@ from pathlib import Path
 
 import pytest
 
+S3_TEST_OPTIONS = {"max_attempts": 3, "retry_base_delay": 0.01, "multipart_threshold": 5 * 1024 * 1024,
+                   "part_size": 5 * 1024 * 1024}    # quick retries, small multipart parts: what unit suites pass
+
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"

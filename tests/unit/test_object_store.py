@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from moto_server import (  # noqa: F401  (moto_server, private_moto_server are fixtures)
-    MotoServer, client_error, inject_faults, moto_server, private_moto_server,
+    S3_TEST_OPTIONS, MotoServer, client_error, inject_faults, moto_server, private_moto_server,
 )
 from storage.objectstore.local import LocalObjectStore
 from storage.objectstore.object_store import (
@@ -28,32 +28,6 @@ from storage.objectstore.object_store import (
 from storage.objectstore.s3 import MiB, S3ObjectStore
 
 ROOT = Path(__file__).resolve().parents[2]
-S3_TEST_OPTIONS = {"max_attempts": 3, "retry_base_delay": 0.01, "multipart_threshold": 5 * MiB, "part_size": 5 * MiB}
-
-
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-async def make_store(request, tmp_path):
-    """Factory: every store it makes in one test shares the same root/bucket, like two brokers would."""
-    made: list[ObjectStore] = []
-    if request.param == "s3":
-        server: MotoServer = request.getfixturevalue("moto_server")
-        url = f"s3://{server.new_bucket()}/cluster-1"
-        base = server.store_options(**S3_TEST_OPTIONS)
-    else:
-        url, base = f"file://{tmp_path}/store", {}
-
-    def factory(**options) -> ObjectStore:
-        made.append(open_object_store(url, **{**base, **options}))
-        return made[-1]
-
-    yield factory
-    for s in made:
-        await s.close()
-
-
-@pytest.fixture
-def store(make_store) -> ObjectStore:
-    return make_store()
 
 
 # -- shared scenarios -----------------------------------------------------------------------------------------
