@@ -10,7 +10,7 @@ from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import load_handlers
 from broker.socket_server import KafkaConnection
 from broker.metadata_publisher import MetadataPublisher
-from broker.topic_admin import topic_records
+from broker.topic_admin import place, topic_records
 from metadata.controller import PRODUCER_ID_BLOCK, LocalController
 from metadata.metadata_cache import MetadataCache
 from replication.internal_topics import InternalTopics
@@ -72,7 +72,7 @@ class Broker:
         existing = self.topics.get(name)
         if existing is not None:
             return existing
-        self.controller.submit(topic_records(self, name, partitions, configs))
+        self.controller.submit(topic_records(name, place(self, partitions, 1), configs))
         return self.topics.get(name)
 
     async def start(self) -> None:

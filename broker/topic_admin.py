@@ -6,6 +6,7 @@ import logging
 import re
 import uuid
 
+from metadata.placement import PlacementError, check_assignment, place_replicas
 from metadata.records import TOPIC_RESOURCE, ConfigRecord, PartitionRecord, TopicRecord
 from storage.log.log_config import TOPIC_CONFIGS, LogConfig, parse_value
 from protocol.errors import ErrorCode
@@ -52,8 +53,8 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
 
 
 def check_create(broker, name: str, num_partitions: int, replication_factor: int,
-                 assignments=(), configs: dict | None = None) -> tuple[int, dict[str, str]]:
-    """Validate a topic creation; returns (partition count, normalized configs) or raises AdminError."""
+                 assignments=(), configs: dict | None = None) -> tuple[list[list[int]], dict[str, str]]:
+    """Validate a topic creation; returns (replica assignment, normalized configs) or raises AdminError."""
     reason = topic_name_error(name)
     if reason:
         raise AdminError(ErrorCode.invalid_topic_exception, reason)
@@ -63,26 +64,44 @@ def check_create(broker, name: str, num_partitions: int, replication_factor: int
         if num_partitions != -1 or replication_factor != -1:
             raise AdminError(ErrorCode.invalid_request, "Both numPartitions or replicationFactor and replicasAssignments "
                                                    "were set. Both cannot be used at the same time.")
-        for a in assignments:
-            if any(b != broker.node_id for b in a):
-                raise AdminError(ErrorCode.invalid_replica_assignment, f"Unknown broker(s) in replica assignment: {list(a)}")
-        num_partitions = len(assignments)
-    if num_partitions == -1:
-        num_partitions = broker.config.get_int("num.partitions")
-    if replication_factor == -1:
-        replication_factor = broker.config.get_int("default.replication.factor")
-    if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
-        raise AdminError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."
-                         if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds {MAX_PARTITIONS}")
-    if replication_factor <= 0:
-        raise AdminError(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
-    if replication_factor > 1:
-        raise AdminError(ErrorCode.invalid_replication_factor,
-                         f"Unable to replicate the partition {replication_factor} time(s): The target replication "
-                         f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
+        if len(assignments) > MAX_PARTITIONS:
+            raise AdminError(ErrorCode.invalid_partitions, f"Number of partitions {len(assignments)} exceeds "
+                                                           f"{MAX_PARTITIONS}")
+        assignment = check_replica_assignment(broker, assignments)
+    else:
+        if num_partitions == -1:
+            num_partitions = broker.config.get_int("num.partitions")
+        if replication_factor == -1:
+            replication_factor = broker.config.get_int("default.replication.factor")
+        if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
+            raise AdminError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive "
+                             "value." if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds "
+                                                                  f"{MAX_PARTITIONS}")
+        assignment = place(broker, num_partitions, replication_factor)
     normalized = validate_configs(configs or {})
     validate_remote_storage(broker, name, normalized)   # also resolves the full config
-    return num_partitions, normalized
+    return assignment, normalized
+
+
+def usable_brokers(broker) -> dict[int, str | None]:
+    """Registered, unfenced brokers and their racks: where new replicas may go."""
+    return {b.broker_id: b.rack for b in broker.topics.image.brokers.values() if not b.fenced}
+
+
+def place(broker, partitions: int, replication_factor: int, first_partition: int = 0) -> list[list[int]]:
+    """Replica lists for new partitions over the usable brokers (metadata/placement.py), or INVALID_REPLICATION_FACTOR."""
+    try:
+        return place_replicas(usable_brokers(broker), partitions, replication_factor, first_partition=first_partition)
+    except PlacementError as e:
+        raise AdminError(ErrorCode.invalid_replication_factor, str(e)) from None
+
+
+def check_replica_assignment(broker, assignments) -> list[list[int]]:
+    assignment = [list(a) for a in assignments]
+    why = check_assignment(assignment, broker.topics.image.brokers)
+    if why:
+        raise AdminError(ErrorCode.invalid_replica_assignment, why)
+    return assignment
 
 
 _DISABLE_WITHOUT_DELETE = (
@@ -125,33 +144,34 @@ def validate_remote_storage(broker, name: str, new: dict[str, str], old: dict[st
 
 
 
-def partition_records(broker, topic_id: str, first: int, count: int) -> list[PartitionRecord]:
-    """Partitions `first`..`count`-1 of a topic: one broker leads them all at leader epoch 0 (placement over several
-    brokers is the cluster issue's)."""
-    node = broker.node_id
-    return [PartitionRecord(topic_id, p, [node], [node], node) for p in range(first, count)]
+def partition_records(topic_id: str, first: int, assignment: list[list[int]]) -> list[PartitionRecord]:
+    """Partitions `first`, `first` + 1, ... of a topic with these replica lists: the first replica (the preferred
+    leader) leads, every replica is in sync, leader epoch 0."""
+    return [PartitionRecord(topic_id, first + i, replicas, replicas, replicas[0])
+            for i, replicas in enumerate(assignment)]
 
 
-def topic_records(broker, name: str, num_partitions: int, configs: dict[str, str]) -> list:
+def topic_records(name: str, assignment: list[list[int]], configs: dict[str, str]) -> list:
     topic_id = uuid.uuid4().hex
-    return [TopicRecord(name, topic_id), *partition_records(broker, topic_id, 0, num_partitions),
+    return [TopicRecord(name, topic_id), *partition_records(topic_id, 0, assignment),
             *(ConfigRecord(TOPIC_RESOURCE, name, k, v) for k, v in sorted(configs.items()))]
 
 
-def create_topic(broker, name: str, num_partitions: int, configs: dict[str, str]):
+def create_topic(broker, name: str, assignment: list[list[int]], configs: dict[str, str]):
     """Submit the topic's records; the metadata publisher opens its partitions. Returns its image."""
-    broker.controller.submit(topic_records(broker, name, num_partitions, configs))
-    log.info("created topic %s with %d partition(s) %s", name, num_partitions, configs or "")
+    broker.controller.submit(topic_records(name, assignment, configs))
+    log.info("created topic %s with %d partition(s) x %d replica(s) %s", name, len(assignment), len(assignment[0]),
+             configs or "")
     return broker.topics.get(name)
 
 
 def auto_create(broker, name: str) -> tuple[int, TopicInfo | None]:
-    """Metadata-triggered creation (auto.create.topics.enable) with num.partitions."""
+    """Metadata-triggered creation (auto.create.topics.enable) with num.partitions and default.replication.factor."""
     try:
-        n, cfg = check_create(broker, name, -1, -1)
+        assignment, cfg = check_create(broker, name, -1, -1)
     except AdminError as e:
         return e.code, None
-    return 0, create_topic(broker, name, n, cfg)
+    return 0, create_topic(broker, name, assignment, cfg)
 
 
 def effective_log_config(broker, info) -> LogConfig:

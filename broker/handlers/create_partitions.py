@@ -1,15 +1,13 @@
 """CreatePartitions (key 37): grow a topic's partition count."""
 from __future__ import annotations
 
-from broker.topic_admin import partition_records
+from broker.topic_admin import MAX_PARTITIONS, AdminError, check_replica_assignment, partition_records, place
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
 API_KEY = 37
 VERSIONS = (0, 3)
 DECODABLE = (0, 3)
-
-MAX_PARTITIONS = 10_000
 
 
 def handle(broker, req):
@@ -31,10 +29,25 @@ def handle(broker, req):
                                      f"Topic already has {info.partitions} partitions.")
         elif t.count > MAX_PARTITIONS:
             res.update(error_code=ErrorCode.invalid_partitions, error_message=f"Partition count {t.count} exceeds {MAX_PARTITIONS}")
-        elif t.assignments is not None and (len(t.assignments) != t.count - info.partitions or any(
-                any(b != broker.node_id for b in a.broker_ids) for a in t.assignments)):
-            res.update(error_code=ErrorCode.invalid_replica_assignment, error_message="Invalid replica assignment")
-        elif not body.validate_only:
-            broker.controller.submit(partition_records(broker, info.topic_id, info.partitions, t.count))
+        elif t.assignments is not None and len(t.assignments) != t.count - info.partitions:
+            res.update(error_code=ErrorCode.invalid_replica_assignment,
+                       error_message=f"Increasing the number of partitions by {t.count - info.partitions} but "
+                                     f"{len(t.assignments)} assignments provided.")
+        else:
+            rf = len(info.partition(0).replicas)
+            try:
+                if t.assignments is not None:
+                    assignment = check_replica_assignment(broker, [a.broker_ids for a in t.assignments])
+                    if len(assignment[0]) != rf:
+                        raise AdminError(ErrorCode.invalid_replica_assignment, f"Inconsistent replication factor "
+                                         f"between partitions, partition 0 has {rf} while partitions "
+                                         f"[{info.partitions}] have replication factors [{len(assignment[0])}], "
+                                         f"respectively.")
+                else:
+                    assignment = place(broker, t.count - info.partitions, rf, first_partition=info.partitions)
+                if not body.validate_only:
+                    broker.controller.submit(partition_records(info.topic_id, info.partitions, assignment))
+            except AdminError as e:
+                res.update(error_code=e.code, error_message=str(e))
         results.append(res)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "results": results})

@@ -25,12 +25,12 @@ def handle(broker, req):
             if seen[t.name] > 1:
                 raise AdminError(ErrorCode.invalid_request,
                                  f"Create topics request from client contains duplicate topic {t.name}")
-            n, cfg = check_create(broker, t.name, t.num_partitions, t.replication_factor,
-                                  [a.broker_ids for a in t.assignments], {c.name: c.value for c in t.configs})
+            assignment, cfg = check_create(broker, t.name, t.num_partitions, t.replication_factor,
+                                           [a.broker_ids for a in t.assignments], {c.name: c.value for c in t.configs})
             if not body.validate_only:
-                info = create_topic(broker, t.name, n, cfg)
+                info = create_topic(broker, t.name, assignment, cfg)
                 res["topic_id"] = info.uuid
-            res.update(num_partitions=n, replication_factor=1)
+            res.update(num_partitions=len(assignment), replication_factor=len(assignment[0]))
             if v >= 5:
                 res["configs"] = [{"name": e["name"], "value": e["value"], "read_only": False,
                                    "config_source": e["config_source"], "is_sensitive": False}

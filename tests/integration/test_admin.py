@@ -85,6 +85,29 @@ def test_create_topic_errors(broker, topic_name):
     assert not any(t.startswith(topic_name + "-") for t in md.topics), "a failed create left a topic behind"
 
 
+def test_explicit_replica_assignments(broker, topic_name):
+    """replica_assignment in CreateTopics and CreatePartitions: taken as given when every broker is registered,
+    INVALID_REPLICA_ASSIGNMENT (with Kafka's reason) otherwise."""
+    admin = admin_client(broker.bootstrap)
+    assert create_error(admin, NewTopic(topic_name, num_partitions=2, replica_assignment=[[1], [1]])) is None
+    wait_until(lambda: topic_name in admin.list_topics(timeout=5).topics, what="topic in metadata")
+    md = admin.list_topics(topic_name, timeout=10).topics[topic_name]
+    assert sorted(md.partitions) == [0, 1] and all(list(p.replicas) == [1] for p in md.partitions.values())
+    for bad, why in (([[2]], "Unknown broker(s) in replica assignment: 2."),
+                     ([[1, 1]], "Duplicate brokers not allowed in replica assignment: 1, 1")):
+        err = create_error(admin, NewTopic(topic_name + "-bad", num_partitions=1, replica_assignment=bad))
+        assert err.code() == KafkaError.INVALID_REPLICA_ASSIGNMENT and why in err.str(), err
+    for bad in ([[2]], [[1], [1]]):               # an unknown broker; more assignments than new partitions
+        with pytest.raises(KafkaException) as ei:
+            admin.create_partitions([NewPartitions(topic_name, 3, replica_assignment=bad)])[topic_name] \
+                .result(timeout=15)
+        assert ei.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    admin.create_partitions([NewPartitions(topic_name, 3, replica_assignment=[[1]])])[topic_name].result(timeout=15)
+    wait_until(lambda: len(admin.list_topics(topic_name, timeout=5).topics[topic_name].partitions) == 3,
+               what="3 partitions in metadata")
+    assert topic_name + "-bad" not in admin.list_topics(timeout=10).topics
+
+
 def test_incremental_alter_configs_set_and_delete(broker, topic_name):
     admin = admin_client(broker.bootstrap)
     create_topic(broker.bootstrap, topic_name, admin=admin, config={"retention.ms": "100000"})
