@@ -45,7 +45,6 @@ class ObjectStoreController:
         self._snapshot_task: asyncio.Task | None = None
         self._snapshot_at_bytes = 0            # log.appended_bytes when the last snapshot was started
         self.active = False
-        self.changed = asyncio.Event()         # set at every new image (tests and waiters)
 
     # ---- the Controller interface ----------------------------------------------------------------------------
     @property
@@ -160,8 +159,6 @@ class ObjectStoreController:
                 publish(old, new)
             except Exception:
                 log.exception("metadata publisher %r failed at offset %d", publish, new.offset)
-        self.changed.set()
-        self.changed = asyncio.Event()
         if self.active and self.log.appended_bytes - self._snapshot_at_bytes >= self.snapshot_bytes \
                 and self._snapshot_task is None:
             self._snapshot_at_bytes = self.log.appended_bytes
