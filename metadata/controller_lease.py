@@ -95,6 +95,11 @@ class ControllerLease:
         self.observed, self._renewed_sent_at = lease, sent
         return True
 
+    def abandon(self) -> None:
+        """Stop acting on the lease without writing it (it could not be renewed in time, or the log shows a newer
+        epoch); the next campaign starts from a fresh look at the object."""
+        self.holding = False
+
     async def resign(self) -> None:
         """Give the lease up (clean shutdown) so a standby need not wait for it to expire."""
         if not self.holding:

@@ -142,7 +142,7 @@ class ObjectStoreController:
     def _step_down(self, why: str) -> None:
         log.warning("node %d steps down as controller (epoch %d): %s", self.node_id, self.lease.epoch, why)
         self.active = False
-        self.lease.holding = False
+        self.lease.abandon()
 
     async def _catch_up(self) -> None:
         replayed = await self.log.catch_up(self._image)

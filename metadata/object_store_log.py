@@ -50,7 +50,6 @@ class CorruptMetadataError(Exception):
 @dataclass
 class Replayed:
     image: MetadataImage
-    batches: int                     # batches read (applied or skipped)
     skipped: int                     # batches skipped because a higher controller epoch came before them
 
 
@@ -122,7 +121,7 @@ class ObjectStoreMetadataLog:
     async def catch_up(self, image: MetadataImage) -> Replayed:
         """Apply every batch after `image`, in chain order, until the next one does not exist yet. If the next batch
         was deleted below a newer snapshot (this reader fell behind a truncation), continue from that snapshot."""
-        batches = skipped = 0
+        skipped = 0
         while True:
             key = self.batch_key(image.offset + 1)
             try:
@@ -134,14 +133,13 @@ class ObjectStoreMetadataLog:
                              snap)
                     image = await self.read_snapshot(snap)
                     continue
-                return Replayed(image, batches, skipped)
+                return Replayed(image, skipped)
             try:
                 batch = _batch_decoder.decode(data)
             except (msgspec.DecodeError, msgspec.ValidationError) as e:
                 raise CorruptMetadataError(f"metadata batch {key}: {e}") from None
             if not batch.records:
                 raise CorruptMetadataError(f"metadata batch {key} holds no record")
-            batches += 1
             if batch.controller_epoch < image.controller_epoch:
                 log.warning("metadata log: skipping batch %s of controller epoch %d (the log is at epoch %d)", key,
                             batch.controller_epoch, image.controller_epoch)
