@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 
 from broker.fetch_session import FetchSessionCache
 from broker.groups.classic.group_coordinator import GroupCoordinator
@@ -11,7 +12,15 @@ from broker.handlers import load_handlers
 from broker.socket_server import KafkaConnection
 from broker.metadata_publisher import MetadataPublisher
 from broker.topic_admin import place, topic_records
+from broker.broker_lifecycle import BrokerLifecycle
+from broker.controller_channel import ControllerChannel, ControllerUnavailable
+from metadata.cluster_control import ClusterControl
 from metadata.controller import PRODUCER_ID_BLOCK, LocalController
+from metadata.object_store_controller import ObjectStoreController
+from protocol.errors import ErrorCode
+from replication.alter_partition_manager import AlterPartitionManager
+from replication.replica_fetcher import FetchSettings, ReplicaFetcherManager
+from storage.objectstore.object_store import ObjectNotFound, PreconditionFailed, open_object_store
 from metadata.metadata_cache import MetadataCache
 from replication.internal_topics import InternalTopics
 from replication.replica_manager import ReplicaManager
@@ -21,35 +30,71 @@ log = logging.getLogger("strata.server")
 
 class ProducerIdManager:
     """Hands out producer ids from blocks the controller allocates (Kafka's ProducerIdManager), so ids stay unique
-    across restarts (and, in the cluster, across brokers) without a metadata write per id."""
+    across restarts and across brokers without a metadata write per id. `allocate()` returns the first id of a new
+    block of PRODUCER_ID_BLOCK, or -1 when no controller could give one (the client retries)."""
 
-    def __init__(self, controller, broker_id: int):
-        self.controller, self.broker_id = controller, broker_id
+    def __init__(self, allocate):
+        self.allocate = allocate
         self._next = self._end = 0
+        self._lock = asyncio.Lock()
 
-    def next_producer_id(self) -> int:
-        if self._next >= self._end:
-            self._next = self.controller.allocate_producer_ids(self.broker_id)
-            self._end = self._next + PRODUCER_ID_BLOCK
-        pid = self._next
-        self._next += 1
-        return pid
+    async def next_producer_id(self) -> int:
+        async with self._lock:
+            if self._next >= self._end:
+                start = await self.allocate()
+                if start < 0:
+                    return -1
+                self._next, self._end = start, start + PRODUCER_ID_BLOCK
+            pid = self._next
+            self._next += 1
+            return pid
 
 
 class Broker:
-    """Everything a handler needs: config, the controller and the metadata cache, partitions, groups, sessions."""
+    """Everything a handler needs: config, the controller and the metadata cache, partitions, groups, sessions.
+
+    One broker (no `metadata.log.storage.url`): the LocalController keeps the metadata log in log.dirs. In a
+    cluster: the ObjectStoreController follows the metadata log in the object store (and campaigns for the lease
+    when this node has the controller role), the broker registers and heartbeats (BrokerLifecycle), followers fetch
+    from leaders (ReplicaFetcherManager), leaders send ISR changes (AlterPartitionManager), and admin requests go
+    to the active controller (ControllerChannel)."""
 
     def __init__(self, config):
         self.config = config
         self.node_id = config.node_id
-        self.cluster_id = config.cluster_id()
+        self.cluster_mode = config.cluster_mode
+        self.cluster_id = config.get("cluster.id") if self.cluster_mode else config.cluster_id()
         self.handlers = load_handlers()
         config.log_dir.mkdir(parents=True, exist_ok=True)
-        self.controller = LocalController(config.log_dir, self.node_id)
+        self.cluster_control = None
+        self.lifecycle = None
+        if self.cluster_mode:
+            self.metadata_store = open_object_store(config.get(config.METADATA_STORE_PREFIX + "url"),
+                                                    **config.store_options(config.METADATA_STORE_PREFIX))
+            roles = {r.strip() for r in config.get("process.roles").split(",")}
+            self.controller = ObjectStoreController(
+                self.metadata_store, self.node_id, controller_role="controller" in roles,
+                lease_timeout=config.get_int("controller.quorum.fetch.timeout.ms") / 1000,
+                poll_interval=config.get_int("metadata.log.poll.interval.ms") / 1000,
+                snapshot_bytes=config.get_int("metadata.log.max.record.bytes.between.snapshots"))
+            if "controller" in roles:
+                self.cluster_control = ClusterControl(self.controller, config.get_int("broker.session.timeout.ms"))
+        else:
+            self.controller = LocalController(config.log_dir, self.node_id)
         self.topics = MetadataCache(self.controller.image)
         self.controller.add_publisher(self.topics.update)
-        self.producer_ids = ProducerIdManager(self.controller, self.node_id)
+        self.controller_channel = ControllerChannel(self.node_id, self.topics, config.listener)
+        self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self.replicas = ReplicaManager(config, self.topics, create_topic=self.create_internal_topic)
+        if self.cluster_mode:
+            self.lifecycle = BrokerLifecycle(self.node_id, self.controller_channel, self.topics,
+                                             cluster_id=self.cluster_id, rack=config.get("broker.rack") or None,
+                                             endpoint=config.advertised,
+                                             heartbeat_interval_ms=config.get_int("broker.heartbeat.interval.ms"))
+            self.replicas.fetchers = ReplicaFetcherManager(FetchSettings.from_config(config), self.replicas,
+                                                           self._endpoint_of)
+            self.replicas.alter_partitions = AlterPartitionManager(self.node_id, lambda: self.lifecycle.broker_epoch,
+                                                                   self.controller_channel.send)
         # Tiered storage (KIP-405) and the Prometheus endpoint (metrics.port, -1 = off)
         from prometheus_client import CollectorRegistry
         self.metrics_registry = CollectorRegistry()
@@ -61,36 +106,129 @@ class Broker:
                                                        registry=self.metrics_registry)
             self.replicas.remote_log_manager = self.remote_log_manager
         self.groups = GroupCoordinator(config, replicas=self.replicas)
-        self.controller.add_publisher(MetadataPublisher(self.replicas, self.groups))
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.max_request_size = config.get_int("socket.request.max.bytes")
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.AbstractServer | None = None
+        self._starting: asyncio.Task | None = None
+
+    def _endpoint_of(self, broker_id: int) -> tuple[str, int]:
+        reg = self.topics.image.brokers.get(broker_id)
+        if reg is None:
+            raise KeyError(f"broker {broker_id} is not registered")
+        return reg.endpoint()
+
+    async def _allocate_producer_ids(self) -> int:
+        if not self.cluster_mode:
+            return await self.controller.allocate_producer_ids(self.node_id)
+        try:
+            resp = await self.controller_channel.send(67, 0, {"broker_id": self.node_id,
+                                                              "broker_epoch": self.lifecycle.broker_epoch})
+        except ControllerUnavailable as e:
+            log.warning("no producer ids: %s", e)
+            return -1
+        return resp.producer_id_start if resp.error_code == 0 else -1
 
     def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]):
-        """Internal topics (`__consumer_offsets`, `__remote_log_metadata`) go through the controller like any other."""
+        """Internal topics (`__consumer_offsets`, `__remote_log_metadata`) go through the controller like any other.
+        In a cluster they are created before their users start (ensure_internal_topic), so this only finds them."""
         existing = self.topics.get(name)
         if existing is not None:
             return existing
-        self.controller.submit(topic_records(name, place(self, partitions, 1), configs))
+        if self.cluster_mode:
+            raise RuntimeError(f"internal topic {name} does not exist yet")
+        self.controller.append(topic_records(name, place(self, partitions, 1), configs))
         return self.topics.get(name)
 
+    async def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str],
+                                    replication_factor: int) -> None:
+        """Cluster: create an internal topic through the controller (Kafka's AutoTopicCreationManager), with
+        `replication_factor` once that many brokers are unfenced, or with every unfenced broker after a grace
+        period of one session timeout (a smaller cluster)."""
+        started = asyncio.get_running_loop().time()
+        grace = self.config.get_int("broker.session.timeout.ms") / 1000
+        while self.topics.get(name) is None:
+            alive = sum(1 for b in self.topics.image.brokers.values() if not b.fenced)
+            waited = asyncio.get_running_loop().time() - started
+            if alive >= replication_factor or (alive and waited > grace):
+                rf = min(replication_factor, alive)
+                try:
+                    resp = await self.controller_channel.send(19, 7, {"topics": [{
+                        "name": name, "num_partitions": partitions, "replication_factor": rf, "assignments": [],
+                        "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                        "timeout": 30000, "validate_only": False})
+                    err = resp.topics[0].error_code
+                    if err == 0:
+                        log.info("created internal topic %s: %d partitions, replication factor %d", name,
+                                 partitions, rf)
+                    elif err != ErrorCode.topic_already_exists:
+                        log.warning("creating internal topic %s failed: %s", name, err.name)
+                    await self.controller.refresh()
+                except ControllerUnavailable:
+                    pass
+            if self.topics.get(name) is None:
+                await asyncio.sleep(0.2)
+
     async def start(self) -> None:
-        host, port = self.config.advertised
-        self.controller.register_broker(self.config.get("broker.rack") or None, host, port)
+        if self.cluster_mode:
+            await self._start_cluster_member()
+        else:
+            host, port = self.config.advertised
+            self.controller.register_broker(self.config.get("broker.rack") or None, host, port)
+            self._start_replicas()
+            self._start_internal_users()
+            await self._listen()
+
+    def _start_replicas(self) -> None:
         self.replicas.startup()
+        self.controller.add_publisher(MetadataPublisher(self.replicas, self.groups))
+        self.replicas.start_background()
+        self._start_metrics()
+
+    def _start_internal_users(self) -> None:
         if self.remote_log_manager is not None:
             self.remote_log_manager.startup()
-        self.replicas.start_background()
-        if self.remote_log_manager is not None:
             self.remote_log_manager.start_background()
+        self.groups.start()
+
+    async def _start_cluster_member(self) -> None:
+        """Join the cluster: agree on the cluster id, follow the metadata log, listen (this node may be the
+        controller its own registration goes to), register (which fences a previous incarnation of this broker),
+        and only then open the replicas, with the image that registration produced."""
+        self.cluster_id = await ensure_cluster_id(self.metadata_store, self.cluster_id)
+        self.lifecycle.cluster_id = self.cluster_id
+        await self.controller.start()
+        if self.cluster_control is not None:
+            self.cluster_control.start()
+        await self._listen()
+        self.lifecycle.start()
+        self._starting = asyncio.create_task(self._join())
+
+    async def _join(self) -> None:
+        await self.lifecycle.registered.wait()
+        await self.controller_channel.wait_for_offset(self.lifecycle.broker_epoch, timeout=3600)
+        self._start_replicas()
+        offsets_rf = self.config.get_int("offsets.topic.replication.factor")
+        from broker.groups.metadata_store import OFFSETS_TOPIC
+        store = self.groups.store
+        await self.ensure_internal_topic(OFFSETS_TOPIC, store.num_partitions, store.topic_configs(), offsets_rf)
+        if self.remote_log_manager is not None:
+            from storage.tiered.remote_log_metadata import REMOTE_LOG_METADATA_TOPIC
+            rlmm = self.remote_log_manager.rlmm
+            await self.ensure_internal_topic(REMOTE_LOG_METADATA_TOPIC, rlmm.num_partitions, rlmm.topic_configs(),
+                                             offsets_rf)
+        self._start_internal_users()
+        log.info("broker %d joined the cluster", self.node_id)
+
+    def _start_metrics(self) -> None:
         metrics_port = self.config.get_int("metrics.port")
         if metrics_port >= 0:
             from prometheus_client import start_http_server
             self._metrics_server, _ = start_http_server(metrics_port, addr=self.config.listener[0],
                                                         registry=self.metrics_registry)
             log.info("metrics on http://%s:%d/metrics", self.config.listener[0], self._metrics_server.server_port)
-        self.groups.start()
+
+    async def _listen(self) -> None:
         host, port = self.config.listener
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
@@ -98,6 +236,12 @@ class Broker:
         log.info("Strata broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
 
     async def stop(self) -> None:
+        if self._starting is not None:
+            self._starting.cancel()
+        if self.lifecycle is not None:
+            await self.lifecycle.stop(controlled=True)
+        if self.replicas.fetchers is not None:
+            await self.replicas.fetchers.shutdown()
         self.groups.stop()
         if self._server is not None:
             self._server.close()
@@ -105,7 +249,30 @@ class Broker:
             conn.transport.close()
         if self.remote_log_manager is not None:
             await self.remote_log_manager.stop()
+        if self.cluster_control is not None:
+            await self.cluster_control.stop()
+        if self.cluster_mode:
+            await self.controller.stop()
+            self.controller_channel.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
         self.replicas.shutdown()
+
+
+async def ensure_cluster_id(store, configured: str) -> str:
+    """The cluster id lives in the metadata store, written once with put_if_absent: every broker that joins reads
+    the same one (a configured cluster.id must match it)."""
+    key = "metadata/cluster-id"
+    try:
+        data = await store.get(key)
+    except ObjectNotFound:
+        try:
+            await store.put_if_absent(key, (configured or uuid.uuid4().hex[:22]).encode())
+        except PreconditionFailed:
+            pass
+        data = await store.get(key)
+    stored = data.decode()
+    if configured and configured != stored:
+        raise ValueError(f"cluster.id {configured} does not match the cluster's {stored} in the metadata store")
+    return stored

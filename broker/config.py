@@ -42,6 +42,24 @@ BROKER_DEFAULTS: dict[str, str] = {
     "remote.log.reader.chunk.cache.size.bytes": "134217728",
     "remote.log.reader.prefetch.chunks": "2",
     "metrics.port": "-1",
+    # The cluster (docs/configuration.md): with metadata.log.storage.url set, the metadata log and the controller
+    # lease live in that object store and this broker joins the cluster there; empty means one broker with its
+    # metadata log in log.dirs. The rest are Kafka's names and defaults.
+    "metadata.log.storage.url": "",
+    "metadata.log.poll.interval.ms": "100",
+    "process.roles": "broker,controller",
+    "controller.quorum.fetch.timeout.ms": "2000",
+    "metadata.log.max.record.bytes.between.snapshots": "20971520",
+    "broker.heartbeat.interval.ms": "2000",
+    "broker.session.timeout.ms": "9000",
+    "replica.lag.time.max.ms": "30000",
+    "replica.fetch.wait.max.ms": "500",
+    "replica.fetch.min.bytes": "1",
+    "replica.fetch.max.bytes": "1048576",
+    "replica.fetch.response.max.bytes": "10485760",
+    "replica.fetch.backoff.ms": "1000",
+    "replica.socket.timeout.ms": "30000",
+    "offsets.topic.replication.factor": "3",
     **CLEANER_DEFAULTS,              # log.cleaner.*: the cleaner's own defaults, one list
 }
 
@@ -143,9 +161,17 @@ class BrokerConfig:
     def remote_store_options(self) -> dict[str, str]:
         """`remote.log.storage.manager.store.<name>` (dots for underscores) -> open_object_store(**options),
         e.g. `...store.endpoint.url` -> endpoint_url, `...store.access.key.id` -> access_key_id."""
-        pre = self.REMOTE_STORE_PREFIX
+        return self.store_options(self.REMOTE_STORE_PREFIX)
+
+    METADATA_STORE_PREFIX = "metadata.log.storage."
+
+    def store_options(self, pre: str) -> dict[str, str]:
         return {k[len(pre):].replace(".", "_"): v for k, v in self.props.items()
-                if k.startswith(pre) and k != pre + "url"}
+                if k.startswith(pre) and k != pre + "url" and k != pre[:-1]}
+
+    @property
+    def cluster_mode(self) -> bool:
+        return bool(self.get(self.METADATA_STORE_PREFIX + "url").strip())
 
     def log_defaults(self) -> dict[str, str]:
         return _log_defaults(self.props)

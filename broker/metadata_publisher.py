@@ -1,5 +1,5 @@
-"""Applies each new metadata image to this broker (Kafka's BrokerMetadataPublisher): partitions to open or grow,
-topics to delete, configs to reconfigure, and the group coordinator told of deleted topics. Admin handlers never do
+"""Applies each new metadata image to this broker (Kafka's BrokerMetadataPublisher): replicas to open, lead, follow
+or drop, topics to delete, configs to reconfigure, and the group coordinator told of deleted topics. Admin handlers never do
 this themselves: they submit records to the controller, and this is what makes them take effect, on one broker
 today and on every broker that follows the metadata log in the cluster."""
 from __future__ import annotations
@@ -27,7 +27,6 @@ class MetadataPublisher:
             before = old.topics_by_id.get(tid)
             if before is t:
                 continue
-            if before is None or t.partitions > before.partitions:
-                self.replicas.add_partitions(t, 0 if before is None else before.partitions)
+            self.replicas.apply_topic(t, before)
             if before is not None and t.configs != before.configs:
                 self.replicas.reconfigure(t)

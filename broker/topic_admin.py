@@ -2,6 +2,7 @@
 DescribeConfigs and IncrementalAlterConfigs. Error codes and messages follow Kafka's."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import uuid
@@ -157,21 +158,66 @@ def topic_records(name: str, assignment: list[list[int]], configs: dict[str, str
             *(ConfigRecord(TOPIC_RESOURCE, name, k, v) for k, v in sorted(configs.items()))]
 
 
-def create_topic(broker, name: str, assignment: list[list[int]], configs: dict[str, str]):
+async def submit(broker, records: list):
+    """Append through the controller; a lost controller role or a record that no longer applies (a concurrent
+    change) becomes the Kafka error the client sees."""
+    from metadata.object_store_controller import NotControllerError
+    try:
+        return await broker.controller.submit(records)
+    except NotControllerError as e:
+        raise AdminError(ErrorCode.not_controller, str(e)) from None
+    except ValueError as e:
+        raise AdminError(ErrorCode.invalid_request, f"the change no longer applies: {e}") from None
+
+
+async def forward(broker, req):
+    """Kafka's request forwarding: a broker that is not the active controller passes an admin request on to it and
+    returns its answer; then it reads the metadata log so its own image shows the change. Without a reachable
+    controller it keeps trying until the request timeout, as Kafka's forwarding manager does."""
+    from broker.controller_channel import ControllerUnavailable
+    deadline = asyncio.get_running_loop().time() + broker.controller_channel.request_timeout
+    while True:
+        try:
+            body = await broker.controller_channel.forward(req)
+            await broker.controller.refresh()
+            return body
+        except ControllerUnavailable as e:
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"no controller to forward api key {req.api_key} to: {e}") from None
+            await asyncio.sleep(0.1)
+
+
+async def create_topic(broker, name: str, assignment: list[list[int]], configs: dict[str, str]):
     """Submit the topic's records; the metadata publisher opens its partitions. Returns its image."""
-    broker.controller.submit(topic_records(name, assignment, configs))
+    await submit(broker, topic_records(name, assignment, configs))
     log.info("created topic %s with %d partition(s) x %d replica(s) %s", name, len(assignment), len(assignment[0]),
              configs or "")
     return broker.topics.get(name)
 
 
-def auto_create(broker, name: str) -> tuple[int, TopicInfo | None]:
-    """Metadata-triggered creation (auto.create.topics.enable) with num.partitions and default.replication.factor."""
+async def auto_create(broker, name: str) -> tuple[int, TopicInfo | None]:
+    """Metadata-triggered creation (auto.create.topics.enable) with num.partitions and default.replication.factor.
+    A broker that is not the controller asks the controller with a CreateTopics request, as Kafka's
+    AutoTopicCreationManager does."""
+    if not broker.controller.active:
+        from broker.controller_channel import ControllerUnavailable
+        try:
+            resp = await broker.controller_channel.send(19, 7, {"topics": [{
+                "name": name, "num_partitions": -1, "replication_factor": -1, "assignments": [], "configs": []}],
+                "timeout": 30000, "validate_only": False})
+        except ControllerUnavailable:
+            return ErrorCode.leader_not_available, None
+        await broker.controller.refresh()
+        err = resp.topics[0].error_code
+        if err not in (0, ErrorCode.topic_already_exists):
+            return err, None
+        info = broker.topics.get(name)
+        return (0, info) if info is not None else (ErrorCode.leader_not_available, None)
     try:
         assignment, cfg = check_create(broker, name, -1, -1)
+        return 0, await create_topic(broker, name, assignment, cfg)
     except AdminError as e:
         return e.code, None
-    return 0, create_topic(broker, name, assignment, cfg)
 
 
 def effective_log_config(broker, info) -> LogConfig:

@@ -47,10 +47,11 @@ class Controller(Protocol):
     @property
     def image(self) -> MetadataImage: ...
 
-    def submit(self, records: list) -> MetadataImage:
-        """Append `records` atomically and publish the resulting image; raises ValueError if they do not apply."""
+    async def submit(self, records: list) -> MetadataImage:
+        """Append `records` atomically and publish the resulting image; raises ValueError if they do not apply
+        (and NotControllerError when this node is not the active controller)."""
 
-    def allocate_producer_ids(self, broker_id: int) -> int:
+    async def allocate_producer_ids(self, broker_id: int) -> int:
         """The first id of a new block of PRODUCER_ID_BLOCK producer ids for `broker_id`."""
 
     def add_publisher(self, publisher: Publisher) -> None: ...
@@ -64,7 +65,7 @@ class LocalController:
         self.log = MetadataLog(log_dir)
         self._publishers: list[Publisher] = []
         envelopes = self.log.read_all()
-        self._image = MetadataImage().apply(e.record for e in envelopes)
+        self._image = MetadataImage(controller_id=node_id).apply(e.record for e in envelopes)
         legacy = Path(log_dir) / LEGACY_FILE
         if not envelopes and legacy.exists():
             self._upgrade(legacy)
@@ -77,7 +78,16 @@ class LocalController:
     def add_publisher(self, publisher: Publisher) -> None:
         self._publishers.append(publisher)
 
-    def submit(self, records: list) -> MetadataImage:
+    active = True
+
+    async def submit(self, records: list) -> MetadataImage:
+        return self.append(records)
+
+    async def refresh(self) -> None:
+        """Nothing to read: this process writes the only copy of the log."""
+
+    def append(self, records: list) -> MetadataImage:
+        """`submit` without waiting: one broker appends to its local file before returning."""
         old = self._image
         new = old.apply(records)                 # validates: nothing is written if a record does not apply
         self.log.append([Envelope(self.epoch, r) for r in records])
@@ -86,14 +96,14 @@ class LocalController:
             publish(old, new)
         return new
 
-    def allocate_producer_ids(self, broker_id: int) -> int:
+    async def allocate_producer_ids(self, broker_id: int) -> int:
         start = self._image.next_producer_id
-        self.submit([ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK)])
+        self.append([ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK)])
         return start
 
     def register_broker(self, rack: str | None, host: str, port: int) -> None:
         """This broker's registration, with a new incarnation id at every start (Kafka's BrokerRegistration)."""
-        self.submit([RegisterBrokerRecord(self.node_id, uuid.uuid4().hex, rack, [("PLAINTEXT", host, port)])])
+        self.append([RegisterBrokerRecord(self.node_id, uuid.uuid4().hex, rack, [("PLAINTEXT", host, port)])])
 
     def _upgrade(self, legacy: Path) -> None:
         """Turn the previous release's JSON topic store into records: the same topic ids (data dirs and the remote
@@ -106,6 +116,6 @@ class LocalController:
                         for p in range(t.partitions)]
             records += [ConfigRecord(TOPIC_RESOURCE, t.name, k, v) for k, v in sorted(t.configs.items())]
         records.append(ProducerIdsRecord(self.node_id, state.next_producer_id_block))
-        self.submit(records)
+        self.append(records)
         legacy.rename(legacy.with_name(LEGACY_FILE + ".migrated"))
         log.info("upgraded %s to the metadata log: %d topic(s)", legacy.name, len(state.topics))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable
 
-from metadata.records import (TOPIC_RESOURCE, ConfigRecord, LeaderChangeRecord, PartitionRecord, ProducerIdsRecord,
+from metadata.records import (TOPIC_RESOURCE, BrokerRegistrationChangeRecord, ConfigRecord, LeaderChangeRecord, PartitionRecord, ProducerIdsRecord,
                               RegisterBrokerRecord, RemoveTopicRecord, TopicRecord)
 
 
@@ -23,6 +23,7 @@ class BrokerRegistration:
     rack: str | None
     endpoints: tuple[tuple[str, str, int], ...]
     fenced: bool = False
+    epoch: int = -1             # the broker epoch: the metadata offset of its registration (as in KRaft)
 
     def endpoint(self) -> tuple[str, int]:
         _, host, port = self.endpoints[0]
@@ -89,8 +90,14 @@ class MetadataImage:
         for r in records:
             n += 1
             if isinstance(r, RegisterBrokerRecord):
+                epoch = r.broker_epoch if r.broker_epoch >= 0 else self.offset + n
                 brokers[r.broker_id] = BrokerRegistration(r.broker_id, r.incarnation_id, r.rack,
-                                                          tuple(tuple(e) for e in r.endpoints), r.fenced)
+                                                          tuple(tuple(e) for e in r.endpoints), r.fenced, epoch)
+            elif isinstance(r, BrokerRegistrationChangeRecord):
+                b = brokers.get(r.broker_id)
+                if b is None or b.epoch != r.broker_epoch:
+                    raise ValueError(f"broker {r.broker_id} epoch {r.broker_epoch} is not registered")
+                brokers[r.broker_id] = replace(b, fenced=r.fenced)
             elif isinstance(r, TopicRecord):
                 if r.name in by_name or r.topic_id in by_id:
                     raise ValueError(f"topic {r.name} ({r.topic_id}) exists already")
@@ -146,7 +153,7 @@ class MetadataImage:
     def to_records(self) -> list:
         """Records that rebuild this image from an empty one (a snapshot's content; the offset is kept beside)."""
         out: list = [RegisterBrokerRecord(b.broker_id, b.incarnation_id, b.rack, list(b.endpoints),
-                                          b.fenced) for b in self.brokers.values()]
+                                          b.fenced, b.epoch) for b in self.brokers.values()]
         for t in self.topics_by_name.values():
             out.append(TopicRecord(t.name, t.topic_id))
             out += [PartitionRecord(t.topic_id, i, list(p.replicas), list(p.isr), p.leader, p.leader_epoch,

@@ -77,6 +77,11 @@ class ObjectStoreController:
             self._publish(new)
             return new
 
+    async def refresh(self) -> None:
+        """Read the metadata log now instead of at the next poll (after a forwarded admin request)."""
+        async with self._lock:
+            await self._catch_up()
+
     # ---- lifecycle -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
         replayed = await self.log.load()

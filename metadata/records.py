@@ -19,6 +19,14 @@ class RegisterBrokerRecord(msgspec.Struct, tag="RegisterBroker"):
     rack: str | None
     endpoints: list[tuple[str, str, int]]            # (listener name, host, port)
     fenced: bool = False
+    broker_epoch: int = -1                           # -1: the offset of this record (snapshots keep the original)
+
+
+class BrokerRegistrationChangeRecord(msgspec.Struct, tag="BrokerRegistrationChange"):
+    """Fences or unfences a registered broker (Kafka's record of that name); `broker_epoch` must match."""
+    broker_id: int
+    broker_epoch: int
+    fenced: bool
 
 
 class TopicRecord(msgspec.Struct, tag="Topic"):
@@ -59,7 +67,7 @@ class LeaderChangeRecord(msgspec.Struct, tag="LeaderChange"):
     controller_epoch: int
 
 
-MetadataRecord = Union[RegisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord, RemoveTopicRecord,
+MetadataRecord = Union[RegisterBrokerRecord, BrokerRegistrationChangeRecord, TopicRecord, PartitionRecord, ConfigRecord, RemoveTopicRecord,
                        ProducerIdsRecord, LeaderChangeRecord]
 
 

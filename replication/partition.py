@@ -22,19 +22,29 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 class Partition:
     __slots__ = ("topic", "index", "log", "leader_epoch", "waiters", "remote", "local_broker_id", "isr",
-                 "follower_end_offsets")
+                 "follower_end_offsets", "leader_id", "replicas", "partition_epoch", "topic_id", "last_caught_up",
+                 "pending_isr", "hw_waiters", "alter_isr", "_leo_at_last_fetch")
 
     def __init__(self, topic: str, index: int, plog: Log, *, leader_epoch: int = 0, local_broker_id: int = -1,
-                 remote=None):
+                 remote=None, topic_id: str = "", alter_isr=None):
         self.topic = topic
         self.index = index
+        self.topic_id = topic_id
         self.log = plog
         self.leader_epoch = leader_epoch
         self.local_broker_id = local_broker_id
+        self.leader_id = local_broker_id
+        self.replicas: tuple[int, ...] = (local_broker_id,)
+        self.partition_epoch = 0
         self.remote = remote                      # storage.tiered.remote_log_manager.RemoteLogManager or None
+        self.alter_isr = alter_isr                # replication.isr.AlterPartitionManager.submit, or None (one broker)
         self.waiters: list[asyncio.Future] = []   # parked Fetches (long poll)
+        self.hw_waiters: list[tuple[int, asyncio.Future]] = []   # acks=all produces: (offset the HW must pass, fut)
         self.isr: tuple[int, ...] = (local_broker_id,)
+        self.pending_isr: tuple[int, ...] | None = None    # an AlterPartition in flight (Kafka's PendingExpand/Shrink)
         self.follower_end_offsets: dict[int, int] = {}   # follower id -> log end offset from its fetches
+        self.last_caught_up: dict[int, float] = {}       # follower id -> when it last had all of the leader's log
+        self._leo_at_last_fetch: dict[int, tuple[int, float]] = {}
         self.maybe_increment_high_watermark()
 
     def __repr__(self) -> str:
@@ -70,16 +80,151 @@ class Partition:
             return ErrorCode.fenced_leader_epoch
         return ErrorCode.unknown_leader_epoch
 
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_broker_id
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR the high watermark must wait for: while an expansion is in flight it already counts the new
+        member, while a shrink is in flight the leaving one still counts (Kafka's maximalIsr)."""
+        pending = self.pending_isr
+        return self.isr if pending is None else tuple(set(self.isr) | set(pending))
+
+    def not_leader_error(self) -> int:
+        """0 when this replica leads, else NOT_LEADER_OR_FOLLOWER (what Produce, consumer Fetch and ListOffsets
+        answer on a follower)."""
+        return 0 if self.leader_id == self.local_broker_id else ErrorCode.not_leader_or_follower
+
     def maybe_increment_high_watermark(self) -> bool:
         """HW = the smallest log end offset over the ISR (Kafka's maybeIncrementLeaderHW); it never goes back."""
         leo = self.log.log_end_offset
-        for replica in self.isr:
+        for replica in self.maximal_isr:
             if replica != self.local_broker_id:
                 leo = min(leo, self.follower_end_offsets.get(replica, 0))
         if leo > self.log.high_watermark:
-            self.log.update_high_watermark(leo)
+            hw = self.log.update_high_watermark(leo)
+            if self.hw_waiters:
+                self._complete_hw_waiters(hw)
             return True
         return False
+
+    def _complete_hw_waiters(self, hw: int) -> None:
+        keep = []
+        for offset, fut in self.hw_waiters:
+            if offset <= hw:
+                if not fut.done():
+                    fut.set_result(0)
+            else:
+                keep.append((offset, fut))
+        self.hw_waiters = keep
+
+    def wait_for_high_watermark(self, offset: int) -> asyncio.Future | None:
+        """acks=all (Kafka's DelayedProduce): a future that completes with 0 when the HW reaches `offset`, or
+        with NOT_LEADER_OR_FOLLOWER if this replica stops leading first; None when it is already there."""
+        if self.log.high_watermark >= offset:
+            return None
+        fut = asyncio.get_running_loop().create_future()
+        self.hw_waiters.append((offset, fut))
+        return fut
+
+    def acks_all_error(self) -> int:
+        """After the HW passed an acks=all batch: NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+        min.insync.replicas meanwhile, as Kafka's Partition.checkEnoughReplicasReachOffset answers."""
+        if not self.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if len(self.isr) < self.log.config.min_insync_replicas:
+            return ErrorCode.not_enough_replicas_after_append
+        return 0
+
+    # ---- leadership (from the metadata image) -------------------------------------------------------------------
+    def make_leader(self, state, now: float) -> None:
+        """Become leader at `state.leader_epoch` (Kafka's Partition.makeLeader): the epoch starts at our log end
+        (so OffsetForLeaderEpoch answers followers correctly before the first append), followers start unknown
+        and count as caught up now, so none is dropped from the ISR before it could fetch."""
+        self.leader_id = self.local_broker_id
+        self.leader_epoch, self.partition_epoch = state.leader_epoch, state.partition_epoch
+        self.replicas, self.isr, self.pending_isr = tuple(state.replicas), tuple(state.isr), None
+        self.follower_end_offsets = {}
+        self.last_caught_up = {r: now for r in self.replicas if r != self.local_broker_id}
+        self._leo_at_last_fetch = {}
+        self.log.assign_epoch_start_offset(state.leader_epoch, self.log.log_end_offset)
+        self.maybe_increment_high_watermark()
+        self.wake_waiters()
+
+    def make_follower(self, state) -> None:
+        """Follow `state.leader` (Kafka's Partition.makeFollower): parked acks=all produces fail with
+        NOT_LEADER_OR_FOLLOWER (the client retries on the new leader); truncation happens in the fetcher."""
+        self.leader_id = state.leader
+        self.leader_epoch, self.partition_epoch = state.leader_epoch, state.partition_epoch
+        self.replicas, self.isr, self.pending_isr = tuple(state.replicas), tuple(state.isr), None
+        self.follower_end_offsets, self.last_caught_up, self._leo_at_last_fetch = {}, {}, {}
+        self.fail_waiters()
+
+    def fail_waiters(self) -> None:
+        """This replica stops leading (or goes away): parked acks=all produces get NOT_LEADER_OR_FOLLOWER, parked
+        fetches wake up and see the new state."""
+        for _, fut in self.hw_waiters:
+            if not fut.done():
+                fut.set_result(ErrorCode.not_leader_or_follower)
+        self.hw_waiters = []
+        self.wake_waiters()
+
+    def update_isr_state(self, state) -> None:
+        """A leader's ISR or partition epoch changed in the image without a leader change (its own AlterPartition
+        applied, or the controller fenced a follower)."""
+        if state.partition_epoch >= self.partition_epoch:
+            self.isr, self.partition_epoch = tuple(state.isr), state.partition_epoch
+            self.replicas = tuple(state.replicas)
+            if self.pending_isr is not None and set(self.pending_isr) == set(self.isr):
+                self.pending_isr = None
+            self.maybe_increment_high_watermark()
+
+    # ---- leader: followers' fetch state and the ISR --------------------------------------------------------------
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now: float) -> None:
+        """A follower fetched from `fetch_offset`, which is its log end offset (Kafka's updateFollowerFetchState):
+        it is caught up if that reaches our log end now, or our log end at its previous fetch; then the HW may
+        move and a follower outside the ISR may join it."""
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            self.last_caught_up[replica_id] = now
+        else:
+            prev = self._leo_at_last_fetch.get(replica_id)
+            if prev is not None and fetch_offset >= prev[0]:
+                self.last_caught_up[replica_id] = max(self.last_caught_up.get(replica_id, 0.0), prev[1])
+        self._leo_at_last_fetch[replica_id] = (leo, now)
+        self.follower_end_offsets[replica_id] = fetch_offset
+        if self.maybe_increment_high_watermark():
+            self.wake_waiters()
+        if replica_id not in self.isr and self.pending_isr is None and replica_id in self.replicas and \
+                fetch_offset >= self.log.high_watermark and \
+                fetch_offset >= self.log.epoch_start_offset(self.leader_epoch):
+            self._alter_isr(tuple(r for r in self.replicas if r in self.isr or r == replica_id))
+
+    def maybe_shrink_isr(self, now: float, lag_max: float) -> None:
+        """Drop followers that have not caught up within replica.lag.time.max.ms (Kafka's maybeShrinkIsr)."""
+        if not self.is_leader or self.pending_isr is not None:
+            return
+        out = [r for r in self.isr if r != self.local_broker_id and now - self.last_caught_up.get(r, now) > lag_max]
+        if out:
+            log.info("%s-%d: shrinking the ISR %s: %s lagged more than %.1fs", self.topic, self.index, self.isr, out,
+                     lag_max)
+            self._alter_isr(tuple(r for r in self.isr if r not in out))
+
+    def _alter_isr(self, new_isr: tuple[int, ...]) -> None:
+        if self.alter_isr is None:
+            return
+        self.pending_isr = new_isr
+        self.alter_isr(self, new_isr)
+
+    def alter_isr_done(self, error: int, state=None) -> None:
+        """The controller's answer to our AlterPartition: take the committed state, or forget the attempt (the next
+        fetch or check tries again; an epoch mismatch means the image will bring the new state)."""
+        self.pending_isr = None
+        if error == 0 and state is not None and state.leader_epoch == self.leader_epoch:
+            self.update_isr_state(state)
+        elif error:
+            log.info("%s-%d: AlterPartition failed with error %d", self.topic, self.index, error)
 
     def wake_waiters(self) -> None:
         if self.waiters:
@@ -92,6 +237,9 @@ class Partition:
     def append_records_to_leader(self, records, headers, required_acks: int) -> AppendResult:
         """Append validated batches at this leader's epoch. acks=all needs an ISR of at least min.insync.replicas
         before the append (NOT_ENOUGH_REPLICAS), as Kafka's Partition.appendRecordsToLeader."""
+        if self.leader_id != self.local_broker_id:
+            return AppendResult(-1, -1, -1, -1, ErrorCode.not_leader_or_follower,
+                                f"This server is not the leader for partition {self.topic}-{self.index}")
         min_isr = self.log.config.min_insync_replicas
         if required_acks == -1 and len(self.isr) < min_isr:
             return AppendResult(-1, -1, -1, self.log.log_start_offset, ErrorCode.not_enough_replicas,
@@ -105,9 +253,10 @@ class Partition:
 
     # ---- leader: reads -------------------------------------------------------------------------------------------
     def read(self, fetch_offset: int, max_bytes: int, *, min_one_message: bool,
-             fetch_only_committed: bool = True):
+             fetch_only_committed: bool = True, local_only: bool = False):
         """(record views, remote read task or None). Consumers read below the high watermark; an offset below the
-        local log start of a tiered log starts (or joins) a remote read. Raises OffsetOutOfRangeError or ApiError."""
+        local log start of a tiered log starts (or joins) a remote read, or for a follower (`local_only`) is
+        OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405). Raises ApiError."""
         plog = self.log
         limit = plog.high_watermark if fetch_only_committed else plog.log_end_offset
         try:
@@ -116,6 +265,8 @@ class Partition:
             rlm = self.remote
             if rlm is None or not rlm.in_remote_range(plog, fetch_offset):
                 raise ApiError(ErrorCode.offset_out_of_range, str(e)) from None
+            if local_only:
+                raise ApiError(ErrorCode.offset_moved_to_tiered_storage, str(e)) from None
         try:
             return (), self.remote.remote_read(self.topic, self.index, plog, fetch_offset, max(max_bytes, 1),
                                                min_one_message)
@@ -230,13 +381,16 @@ class Partition:
             log.info("%s-%d truncated to offset %d", self.topic, self.index, offset)
         return removed
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Our whole log is below the leader's log start: drop it and continue at `offset`."""
+        self.log.truncate_fully_and_start_at(offset)
+
     def last_offset_for_leader_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (largest epoch <= `epoch`, its end offset), (-1, -1) when unknown."""
         return self.log.end_offset_for_epoch(epoch)
 
     def update_follower_end_offset(self, replica_id: int, end_offset: int) -> bool:
-        """A follower's fetch offset is its log end offset (Kafka's updateFollowerFetchState); returns True when
-        that moved the high watermark (parked acks=all produces and fetches may then complete)."""
+        """The HW part of update_follower_fetch_state; True when the high watermark moved."""
         self.follower_end_offsets[replica_id] = end_offset
         if self.maybe_increment_high_watermark():
             self.wake_waiters()

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable
 
+from protocol.errors import ErrorCode
 from replication.partition import Partition
 from storage.cleaner.log_cleaner import LogCleaner
 from storage.log.files import deferred_fsyncs
@@ -38,6 +39,10 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task] = []
         self.remote_log_manager = None    # storage.tiered.remote_log_manager.RemoteLogManager when tiering is on
         self.cleaner: LogCleaner | None = None
+        # In a cluster (set by the broker): followers' fetchers and the leaders' ISR changes to the controller.
+        self.fetchers = None              # replication.replica_fetcher.ReplicaFetcherManager
+        self.alter_partitions = None      # replication.alter_partition_manager.AlterPartitionManager
+        self.replica_lag_max = config.get_int("replica.lag.time.max.ms") / 1000
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -46,9 +51,11 @@ class ReplicaManager:
         clean = marker.exists()
         t0 = time.monotonic()
         for t in self.topics.topics():
-            cfg = self.config.log_config(t.configs)
-            for p in range(t.partitions):
-                self._open(t, p, cfg, clean)
+            cfg = None
+            for p, state in enumerate(t.partition_states):
+                if self.local_broker_id in state.replicas:
+                    cfg = cfg or self.config.log_config(t.configs)
+                    self._become(self._open(t, p, cfg, clean), state, t.name, p, fresh=True)
         # Any crash from here on must be treated as unclean.
         marker.unlink(missing_ok=True)
         log.info("loaded %d partitions in %.2fs (%s shutdown)", len(self.partitions), time.monotonic() - t0,
@@ -58,6 +65,8 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._flush_loop()))
+        if self.alter_partitions is not None:
+            self._tasks.append(loop.create_task(self._isr_loop()))
         if self.config.get_bool("log.cleaner.enable"):     # log compaction: storage/cleaner/
             self.cleaner = LogCleaner(self.config, logs=self._named_logs)
             self.cleaner.start()
@@ -79,29 +88,76 @@ class ReplicaManager:
         rlm = self.remote_log_manager
         plog = Log(self.log_dir / f"{t.name}-{p}", cfg, clean_shutdown=clean,
                    remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg))
-        part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm)
+        alter = self.alter_partitions.submit if self.alter_partitions is not None else None
+        part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm, topic_id=t.topic_id,
+                         alter_isr=alter)
         self.partitions[(t.name, p)] = part
         return part
+
+    def _become(self, part: Partition, state, topic: str, index: int, fresh: bool = False) -> None:
+        """Take a partition's state from the image: lead it, follow its leader, or just note a new ISR."""
+        me = self.local_broker_id
+        if state.leader == me:
+            if fresh or not part.is_leader or state.leader_epoch != part.leader_epoch:
+                if self.fetchers is not None:
+                    self.fetchers.unfollow(topic, index)
+                part.make_leader(state, time.monotonic())
+                if state.leader_epoch:
+                    log.info("%s-%d: leader at epoch %d, ISR %s", topic, index, state.leader_epoch, state.isr)
+            else:
+                part.update_isr_state(state)
+        elif fresh or part.is_leader or state.leader != part.leader_id or state.leader_epoch != part.leader_epoch:
+            part.make_follower(state)
+            if self.fetchers is not None:
+                self.fetchers.follow(topic, index, state.leader)
+            log.info("%s-%d: follower of %d at epoch %d", topic, index, state.leader, state.leader_epoch)
+        else:
+            part.isr, part.partition_epoch = tuple(state.isr), state.partition_epoch
+
+    def apply_topic(self, t, before) -> None:
+        """A topic's new image (Kafka's ReplicaManager.applyDelta): open the replicas assigned here, give each its
+        role, and drop replicas no longer assigned here."""
+        cfg = None
+        for i, state in enumerate(t.partition_states):
+            old = before.partition(i) if before is not None else None
+            part = self.partitions.get((t.name, i))
+            if self.local_broker_id not in state.replicas:
+                if part is not None:
+                    self._remove(t.name, i)
+                continue
+            if part is None:
+                cfg = cfg or self.config.log_config(t.configs)
+                self._become(self._open(t, i, cfg), state, t.name, i, fresh=True)
+            elif old is not state:
+                self._become(part, state, t.name, i)
+        if self.remote_log_manager is not None and (before is None or t.partitions > before.partitions):
+            self.remote_log_manager.on_topic_created(t)
+
+    def _remove(self, topic: str, index: int) -> None:
+        if self.fetchers is not None:
+            self.fetchers.unfollow(topic, index)
+        part = self.partitions.pop((topic, index), None)
+        if part is not None:
+            part.fail_waiters()
+            part.log.delete()
+        shutil.rmtree(self.log_dir / f"{topic}-{index}", ignore_errors=True)
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
-    def add_partitions(self, t, old_count: int) -> None:
-        cfg = self.config.log_config(t.configs)
-        for p in range(old_count, t.partitions):
-            self._open(t, p, cfg)
-        if self.remote_log_manager is not None:
-            self.remote_log_manager.on_topic_created(t)
+    def missing_error(self, topic: str, index: int) -> int:
+        """The error for a partition not hosted here: NOT_LEADER_OR_FOLLOWER if it exists elsewhere in the cluster
+        (the client refreshes its metadata and goes to the leader), else UNKNOWN_TOPIC_OR_PARTITION."""
+        t = self.topics.get(topic) if topic is not None else None
+        if t is not None and t.partition(index) is not None:
+            return ErrorCode.not_leader_or_follower
+        return ErrorCode.unknown_topic_or_partition
 
     def delete_topic(self, t) -> None:
         if self.remote_log_manager is not None:
             self.remote_log_manager.on_topic_deleted(t)     # stop tiering, delete the remote data in the background
         for p in range(t.partitions):
-            part = self.partitions.pop((t.name, p), None)
-            if part is not None:
-                part.wake_waiters()
-                part.log.delete()
-            shutil.rmtree(self.log_dir / f"{t.name}-{p}", ignore_errors=True)
+            self._remove(t.name, p)
 
     def reconfigure(self, t) -> None:
         cfg = self.config.log_config(t.configs)
@@ -125,18 +181,18 @@ class ReplicaManager:
     # ---- what storage components may see (narrow interfaces) -------------------------------------------------
     def leader_logs(self) -> Iterable[tuple[str, int, Log]]:
         """(topic, partition, log) of every partition this broker leads."""
-        return [(t, p, part.log) for (t, p), part in list(self.partitions.items())]
+        return [(t, p, part.log) for (t, p), part in list(self.partitions.items()) if part.is_leader]
 
     def leader_log(self, topic: str, partition: int) -> Log | None:
         part = self.partitions.get((topic, partition))
-        return part.log if part is not None else None
+        return part.log if part is not None and part.is_leader else None
 
     def topic_id(self, topic: str) -> uuid.UUID | None:
         info = self.topics.get(topic)
         return info.uuid if info is not None else None
 
     def _named_logs(self) -> list[tuple[str, Log]]:
-        return [(f"{t}-{p}", lg) for t, p, lg in self.leader_logs()]
+        return [(f"{t}-{p}", part.log) for (t, p), part in list(self.partitions.items())]
 
     # ---- fetch long-poll -------------------------------------------------------------------------------------
     async def wait_for_data(self, parts: list[Partition], timeout_s: float) -> None:
@@ -169,6 +225,15 @@ class ReplicaManager:
                         log.info("retention deleted %d segment(s) of %s-%d", n, part.topic, part.index)
                 except Exception:
                     log.exception("retention failed for %s-%d", part.topic, part.index)
+
+    async def _isr_loop(self) -> None:
+        """Leaders drop followers that lag more than replica.lag.time.max.ms (Kafka's isr-expiration task)."""
+        while True:
+            await asyncio.sleep(max(self.replica_lag_max / 2, 0.05))
+            now = time.monotonic()
+            for part in list(self.partitions.values()):
+                if part.is_leader and len(part.isr) > 1:
+                    part.maybe_shrink_isr(now, self.replica_lag_max)
 
     async def _flush_loop(self) -> None:
         """Honour flush.ms: logs with a finite flush.ms are checked every second (or flush.ms if shorter)."""

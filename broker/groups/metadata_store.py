@@ -119,10 +119,12 @@ class GroupMetadataStore:
         self.codec = _setting(config, "offsets.topic.compression.codec")
         self._clock = clock or (lambda: int(time.time() * 1000))
 
+    def topic_configs(self) -> dict[str, str]:
+        return {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes), "compression.type": "producer"}
+
     def ensure_topic(self) -> None:
         # An existing topic keeps its partition count (Kafka reads it from the topic, not the config).
-        self.num_partitions = self.internal.ensure(OFFSETS_TOPIC, self.num_partitions, {
-            "cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes), "compression.type": "producer"})
+        self.num_partitions = self.internal.ensure(OFFSETS_TOPIC, self.num_partitions, self.topic_configs())
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)

@@ -31,6 +31,8 @@ def load_handlers() -> dict[int, object]:
     handlers = {}
     for info in pkgutil.iter_modules(__path__):
         mod = importlib.import_module(f"{__name__}.{info.name}")
+        if not hasattr(mod, "API_KEY"):
+            continue                  # shared code of several handlers
         if mod.API_KEY in handlers:
             raise RuntimeError(f"API key {mod.API_KEY} is handled by both {handlers[mod.API_KEY].__name__} and "
                                f"{mod.__name__}")

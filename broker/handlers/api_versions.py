@@ -1,4 +1,6 @@
-"""ApiVersions (key 18): the supported ranges, derived from every handler module's VERSIONS declaration."""
+"""ApiVersions (key 18): the supported ranges, derived from every handler module's VERSIONS declaration. The
+controller's APIs (CONTROLLER_ONLY: registration, heartbeats, AlterPartition) are served but not advertised to
+clients, as Kafka's broker listener does not list them."""
 from __future__ import annotations
 
 from protocol import kio_codec
@@ -12,7 +14,7 @@ DECODABLE = (0, 4)
 
 def handle(broker, req):
     keys = [{"api_key": k, "min_version": m.VERSIONS[0], "max_version": m.VERSIONS[1]}
-            for k, m in sorted(broker.handlers.items())]
+            for k, m in sorted(broker.handlers.items()) if not getattr(m, "CONTROLLER_ONLY", False)]
     return kio_codec.encode_response(API_KEY, req.api_version, {
         "error_code": 0, "api_keys": keys, "throttle_time": 0,
         "finalized_features_epoch": -1,

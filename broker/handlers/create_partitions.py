@@ -1,7 +1,8 @@
 """CreatePartitions (key 37): grow a topic's partition count."""
 from __future__ import annotations
 
-from broker.topic_admin import MAX_PARTITIONS, AdminError, check_replica_assignment, partition_records, place
+from broker.topic_admin import (MAX_PARTITIONS, AdminError, check_replica_assignment, forward, partition_records,
+                                place, submit)
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -11,6 +12,12 @@ DECODABLE = (0, 3)
 
 
 def handle(broker, req):
+    if not broker.controller.active:
+        return forward(broker, req)
+    return _create(broker, req)
+
+
+async def _create(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     names = [t.name for t in body.topics]
@@ -46,7 +53,7 @@ def handle(broker, req):
                 else:
                     assignment = place(broker, t.count - info.partitions, rf, first_partition=info.partitions)
                 if not body.validate_only:
-                    broker.controller.submit(partition_records(info.topic_id, info.partitions, assignment))
+                    await submit(broker, partition_records(info.topic_id, info.partitions, assignment))
             except AdminError as e:
                 res.update(error_code=e.code, error_message=str(e))
         results.append(res)

@@ -1,7 +1,7 @@
 """CreateTopics (key 19)."""
 from __future__ import annotations
 
-from broker.topic_admin import AdminError, check_create, create_topic
+from broker.topic_admin import AdminError, check_create, create_topic, forward
 from broker.handlers.describe_configs import topic_config_entries
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -12,6 +12,12 @@ DECODABLE = (2, 7)
 
 
 def handle(broker, req):
+    if not broker.controller.active:
+        return forward(broker, req)
+    return _create(broker, req)
+
+
+async def _create(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     results = []
@@ -28,7 +34,7 @@ def handle(broker, req):
             assignment, cfg = check_create(broker, t.name, t.num_partitions, t.replication_factor,
                                            [a.broker_ids for a in t.assignments], {c.name: c.value for c in t.configs})
             if not body.validate_only:
-                info = create_topic(broker, t.name, assignment, cfg)
+                info = await create_topic(broker, t.name, assignment, cfg)
                 res["topic_id"] = info.uuid
             res.update(num_partitions=len(assignment), replication_factor=len(assignment[0]))
             if v >= 5:

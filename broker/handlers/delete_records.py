@@ -20,7 +20,9 @@ def handle(broker, req):
             part = broker.replicas.get(t.name, p.partition_index)
             low, err = -1, 0
             if part is None:
-                err = ErrorCode.unknown_topic_or_partition
+                err = broker.replicas.missing_error(t.name, p.partition_index)
+            elif part.not_leader_error():
+                err = part.not_leader_error()
             else:
                 try:
                     low = part.delete_records_on_leader(p.offset)

@@ -1,6 +1,7 @@
 """DeleteTopics (key 20): by name, or by topic id from v6."""
 from __future__ import annotations
 
+from broker.topic_admin import AdminError, forward, submit
 from metadata.records import RemoveTopicRecord
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -12,6 +13,12 @@ DECODABLE = (1, 6)
 
 
 def handle(broker, req):
+    if not broker.controller.active:
+        return forward(broker, req)
+    return _delete(broker, req)
+
+
+async def _delete(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     if v >= 6:
@@ -30,6 +37,9 @@ def handle(broker, req):
         elif info is None:
             res["error_code"] = ErrorCode.unknown_topic_id if tid is not None else ErrorCode.unknown_topic_or_partition
         else:
-            broker.controller.submit([RemoveTopicRecord(info.topic_id)])     # the publisher deletes the logs
+            try:
+                await submit(broker, [RemoveTopicRecord(info.topic_id)])     # the publisher deletes the logs
+            except AdminError as e:
+                res.update(error_code=e.code, error_message=str(e))
         results.append(res)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "responses": results})

@@ -27,15 +27,17 @@ _NULL_UUID = b"\x00" * 16
 class _Wanted:
     """One partition a fetch asks for: key is (topic name or topic id, partition)."""
     __slots__ = ("key", "topic", "index", "fetch_offset", "max_bytes", "leader_epoch", "sp", "part", "error",
-                 "remote")
+                 "remote", "last_fetched_epoch", "diverging")
 
-    def __init__(self, key, topic, index, fetch_offset, max_bytes, leader_epoch, sp=None):
+    def __init__(self, key, topic, index, fetch_offset, max_bytes, leader_epoch, sp=None, last_fetched_epoch=-1):
         self.key, self.topic, self.index = key, topic, index
         self.fetch_offset, self.max_bytes, self.leader_epoch = fetch_offset, max_bytes, leader_epoch
+        self.last_fetched_epoch = last_fetched_epoch
         self.sp: SessionPartition | None = sp
         self.part = None
         self.error = 0
         self.remote: asyncio.Task | None = None     # a read from the remote tier (offset below the local log start)
+        self.diverging: tuple[int, int] | None = None   # (epoch, end offset) for a follower whose log diverged
 
 
 def handle(broker, req):
@@ -85,8 +87,12 @@ def handle(broker, req):
             tkey = t.topic_id if by_id else t.topic
             for p in t.partitions:
                 wanted.append(_Wanted((tkey, p.partition), tkey, p.partition, p.fetch_offset,
-                                      p.partition_max_bytes, getattr(p, "current_leader_epoch", -1)))
+                                      p.partition_max_bytes, getattr(p, "current_leader_epoch", -1), None,
+                                      getattr(p, "last_fetched_epoch", -1)))
 
+    replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
+    if replica_id >= 0:
+        return _follower_fetch(broker, version, body, wanted, replica_id, by_id)
     _resolve(broker, wanted, by_id)
     max_wait = body.max_wait.total_seconds()
     min_bytes = body.min_bytes
@@ -137,6 +143,55 @@ async def _remote_then_finish(version, sid, wanted, results, incremental, read_c
     return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
 
 
+def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool):
+    """A follower's fetch (Kafka's ReplicaManager.fetchMessages with a replica id): no fetch session, reads up to
+    the log end, records the follower's fetch offset as its log end offset (the HW and the ISR follow), and answers
+    a follower whose last fetched epoch diverged from our log with `diverging_epoch` instead of records."""
+    _resolve(broker, wanted, by_id)
+    now = time.monotonic()
+    for w in wanted:
+        if w.error:
+            continue
+        part = w.part
+        if w.last_fetched_epoch >= 0:
+            epoch, end = part.last_offset_for_leader_epoch(w.last_fetched_epoch)
+            if epoch < w.last_fetched_epoch or end < w.fetch_offset:
+                w.diverging = (epoch, end)
+                continue
+        part.update_follower_fetch_state(replica_id, w.fetch_offset, now)
+    results, total = _read_follower(wanted, body.max_bytes)
+    max_wait = body.max_wait.total_seconds()
+    if max_wait <= 0 or total >= body.min_bytes or any(w.error or w.diverging for w in wanted) or not wanted:
+        return _finish(version, 0, wanted, results, False, False, by_id)
+
+    async def wait():
+        await broker.replicas.wait_for_data([w.part for w in wanted if w.part is not None], max_wait)
+        _resolve(broker, wanted, by_id)
+        results, _ = _read_follower(wanted, body.max_bytes)
+        return _finish(version, 0, wanted, results, False, False, by_id)
+    return wait()
+
+
+def _read_follower(wanted: list[_Wanted], max_bytes: int):
+    results, total = [], 0
+    for w in wanted:
+        views, size = (), 0
+        if not w.error and w.diverging is None:
+            budget = min(w.max_bytes, max_bytes - total)
+            if budget > 0 or total == 0:
+                try:
+                    views, _ = w.part.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0),
+                                           fetch_only_committed=False, local_only=True)
+                except ApiError as e:
+                    w.error = e.error_code
+                except OSError:
+                    w.error = ErrorCode.kafka_storage_error
+        size = sum(len(v) for v in views)
+        total += size
+        results.append((views, size))
+    return results, total
+
+
 def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
     cache: dict = {}
     for w in wanted:
@@ -147,9 +202,10 @@ def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
         name = cache[tkey]
         w.part = broker.replicas.get(name, w.index) if name is not None else None
         if w.part is None:
-            w.error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+            w.error = ErrorCode.unknown_topic_id if by_id and name is None else \
+                broker.replicas.missing_error(name, w.index) if name is not None else ErrorCode.unknown_topic_or_partition
         else:
-            w.error = w.part.check_leader_epoch(w.leader_epoch)
+            w.error = w.part.not_leader_error() or w.part.check_leader_epoch(w.leader_epoch)
 
 
 def _read_all(wanted: list[_Wanted], max_bytes: int):
@@ -196,7 +252,7 @@ def _finish(version, sid, wanted, results, incremental, read_committed, by_id):
         if tkey not in index:
             index[tkey] = len(topics)
             topics.append((tkey, []))
-        topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, views, size))
+        topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, views, size, w.diverging))
     return _encode(version, 0, sid, topics, read_committed, by_id)
 
 
@@ -212,7 +268,7 @@ def _encode(version: int, error: int, session_id: int, topics, read_committed: b
         else:
             out.append(string(tkey, flexible))
         out.append(array_len(len(parts), flexible))
-        for index, err, hw, lso, log_start, views, size in parts:
+        for index, err, hw, lso, log_start, views, size, diverging in parts:
             head = I32.pack(index) + I16.pack(err) + I64.pack(hw) + I64.pack(lso)
             if version >= 5:
                 head += I64.pack(log_start)
@@ -227,7 +283,10 @@ def _encode(version: int, error: int, session_id: int, topics, read_committed: b
             out.append(head)
             out.extend(views)
             if flexible:
-                out.append(b"\x00")
+                if diverging is None:
+                    out.append(b"\x00")
+                else:       # tagged field 0: DivergingEpoch {epoch int32, end_offset int64, no tags}
+                    out.append(b"\x01\x00\x0d" + I32.pack(diverging[0]) + I64.pack(diverging[1]) + b"\x00")
         if flexible:
             out.append(b"\x00")
     if flexible:

@@ -1,7 +1,7 @@
 """IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT on topic configs; applied to live logs."""
 from __future__ import annotations
 
-from broker.topic_admin import AdminError, validate_configs, validate_remote_storage
+from broker.topic_admin import AdminError, forward, submit, validate_configs, validate_remote_storage
 from metadata.records import TOPIC_RESOURCE, ConfigRecord
 from protocol import kio_codec
 from storage.log.log_config import TOPIC_CONFIGS
@@ -47,6 +47,12 @@ def _apply(current: dict[str, str], ops) -> dict[str, str]:
 
 
 def handle(broker, req):
+    if not broker.controller.active:
+        return forward(broker, req)
+    return _alter(broker, req)
+
+
+async def _alter(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     out = []
@@ -71,7 +77,7 @@ def handle(broker, req):
                 changes += [ConfigRecord(TOPIC_RESOURCE, info.name, k, None) for k in sorted(info.configs)
                             if k not in new]
                 if changes:
-                    broker.controller.submit(changes)      # the publisher reconfigures the logs
+                    await submit(broker, changes)      # the publisher reconfigures the logs
         except AdminError as e:
             res.update(error_code=e.code, error_message=str(e))
         out.append(res)

@@ -15,7 +15,7 @@ DECODABLE = (0, 5)
 MAX_EPOCH = 32767
 
 
-def handle(broker, req):
+async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     resp = {"throttle_time": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
@@ -28,5 +28,9 @@ def handle(broker, req):
         if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
             resp.update(producer_id=pid, producer_epoch=epoch + 1)
         else:
-            resp.update(producer_id=broker.producer_ids.next_producer_id(), producer_epoch=0)
+            pid = await broker.producer_ids.next_producer_id()
+            if pid < 0:          # no controller to allocate a block: retriable, as Kafka answers then
+                resp["error_code"] = ErrorCode.coordinator_load_in_progress
+            else:
+                resp.update(producer_id=pid, producer_epoch=0)
     return kio_codec.encode_response(API_KEY, v, resp)

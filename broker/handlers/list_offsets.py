@@ -28,8 +28,8 @@ def handle(broker, req):
             part = broker.replicas.get(t.name, p.partition_index)
             epoch = getattr(p, "current_leader_epoch", -1)
             if part is None:
-                res = ErrorCode.unknown_topic_or_partition, -1, -1, -1
-            elif err := part.check_leader_epoch(epoch):
+                res = broker.replicas.missing_error(t.name, p.partition_index), -1, -1, -1
+            elif err := part.not_leader_error() or part.check_leader_epoch(epoch):
                 res = err, -1, -1, -1
             else:
                 res = part.fetch_offset_for_timestamp(p.timestamp)

@@ -24,8 +24,25 @@ def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     allow_auto = getattr(body, "allow_auto_topic_creation", True) and broker.config.get_bool("auto.create.topics.enable")
-    topics = []
     requested = body.topics
+    if requested is not None and allow_auto:
+        missing = [rt.name for rt in requested if getattr(rt, "name", None) and broker.topics.get(rt.name) is None]
+        if missing:
+            return _create_then_answer(broker, v, requested, missing)
+    return _answer(broker, v, requested, {})
+
+
+async def _create_then_answer(broker, v, requested, missing):
+    errors = {}
+    for name in missing:
+        err, _ = await auto_create(broker, name)
+        if err:
+            errors[name] = err
+    return _answer(broker, v, requested, errors)
+
+
+def _answer(broker, v, requested, create_errors: dict):
+    topics = []
     if requested is None or (v == 0 and len(requested) == 0):
         topics = [_topic_entry(t) for t in broker.topics.topics()]
     else:
@@ -41,14 +58,9 @@ def handle(broker, req):
                     topics.append(_topic_entry(info))
                 continue
             info = broker.topics.get(name) if name else None
-            if info is None and allow_auto and name:
-                err, info = auto_create(broker, name)
-                if info is None:
-                    topics.append({"error_code": err, "name": name, "topic_id": None, "partitions": []})
-                    continue
             if info is None:
-                topics.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": None,
-                               "partitions": []})
+                topics.append({"error_code": create_errors.get(name, ErrorCode.unknown_topic_or_partition),
+                               "name": name, "topic_id": None, "partitions": []})
             else:
                 topics.append(_topic_entry(info))
     image = broker.topics.image
@@ -57,7 +69,7 @@ def handle(broker, req):
         "brokers": [{"node_id": b.broker_id, "host": b.endpoint()[0], "port": b.endpoint()[1], "rack": b.rack}
                     for b in image.brokers.values() if not b.fenced],
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,          # the one-broker controller runs in this process
+        "controller_id": image.controller_id,
         "topics": topics,
         "cluster_authorized_operations": -2147483648,
     })

@@ -52,9 +52,10 @@ def parse(frame, pos: int, version: int, flexible: bool):
 
 def handle(broker, req):
     version, flexible = req.api_version, req.flexible
-    txn_id, acks, _timeout, topics = parse(req.frame, req.body_offset, version, flexible)
+    txn_id, acks, timeout_ms, topics = parse(req.frame, req.body_offset, version, flexible)
     replicas = broker.replicas
     out_topics = []
+    delayed = []                 # acks=all appends whose last offset the high watermark has not passed yet
     for name, parts in topics:
         topic = broker.topics.get(name) if name is not None else None
         out_parts = []
@@ -65,7 +66,7 @@ def handle(broker, req):
             if acks not in (-1, 0, 1):
                 err = ErrorCode.invalid_required_acks
             elif part is None:
-                err = ErrorCode.unknown_topic_or_partition
+                err = replicas.missing_error(name, index) if topic is not None else ErrorCode.unknown_topic_or_partition
             elif records is None:
                 err, msg = ErrorCode.corrupt_message, "null record set"
             else:
@@ -84,6 +85,10 @@ def handle(broker, req):
                     err, msg = result.error_code, result.error_message
                     if err == ErrorCode.none:
                         base_offset, append_time = result.base_offset, result.log_append_time
+                        if acks == -1:
+                            fut = part.wait_for_high_watermark(result.last_offset + 1)
+                            if fut is not None:
+                                delayed.append((len(out_topics), len(out_parts), part, fut))
                     log_start = result.log_start_offset
                 except InvalidRecordError as e:
                     err, msg, record_errors = e.error_code, str(e), e.record_errors
@@ -96,6 +101,27 @@ def handle(broker, req):
         out_topics.append((name, out_parts))
     if acks == 0:
         return None
+    if delayed:
+        return _delayed_produce(version, flexible, out_topics, delayed, timeout_ms)
+    return encode_response(version, flexible, out_topics)
+
+
+async def _delayed_produce(version, flexible, out_topics, delayed, timeout_ms: int):
+    """Kafka's DelayedProduce: answer acks=all when the high watermark passes every batch, REQUEST_TIMED_OUT for
+    one that it did not pass within the request's timeout, NOT_LEADER_OR_FOLLOWER when leadership moved, and
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile."""
+    import asyncio
+    await asyncio.wait([fut for *_, fut in delayed], timeout=max(timeout_ms, 0) / 1000)
+    for ti, pi, part, fut in delayed:
+        if not fut.done():
+            fut.cancel()
+            part.hw_waiters = [(o, f) for o, f in part.hw_waiters if f is not fut]
+            err = ErrorCode.request_timed_out
+        else:
+            err = fut.result() or part.acks_all_error()
+        if err:
+            index, _, base_offset, append_time, log_start, _, record_errors = out_topics[ti][1][pi]
+            out_topics[ti][1][pi] = (index, err, base_offset, append_time, log_start, None, record_errors)
     return encode_response(version, flexible, out_topics)
 
 

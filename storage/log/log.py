@@ -144,7 +144,7 @@ class Log:
         if self.remote_log_enabled and ckpt_start < segs[0].base_offset:
             start = ckpt_start                # [log start, local log start) lives in the remote tier
         if start > leo:
-            self._truncate_fully_and_start_at(start)
+            self.truncate_fully_and_start_at(start)
         self.log_start_offset = start
         # The partition layer owns the high watermark (replication/partition.py) and raises it as replicas catch
         # up; the log keeps it only to never delete, tier or clean beyond it. Kafka restores it from the
@@ -190,7 +190,7 @@ class Log:
         write_atomically(self.dir / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
         self.leader_epoch_cache.truncate_from_start(offset)
 
-    def _truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at `offset` (log start beyond the recovered end)."""
         for seg in self._segments:
             seg.delete()
@@ -364,7 +364,7 @@ class Log:
         if offset >= self.log_end_offset:
             return False
         if offset < self._segments[0].base_offset:
-            self._truncate_fully_and_start_at(max(offset, self.log_start_offset))
+            self.truncate_fully_and_start_at(max(offset, self.log_start_offset))
             return True
         keep = self._segment_index(offset)
         for seg in self._segments[keep + 1:]:
@@ -387,6 +387,20 @@ class Log:
         self._load_producer_state(now)
         fsync_dir(self.dir)
         return True
+
+    def assign_epoch_start_offset(self, epoch: int, offset: int) -> None:
+        """A new leader's epoch starts at its log end (Kafka's maybeAssignEpochStartOffset), written before any
+        batch of that epoch so OffsetForLeaderEpoch and diverging-epoch checks answer right away."""
+        latest = self.leader_epoch_cache.latest_epoch()
+        if epoch >= 0 and (latest is None or epoch > latest):
+            self.leader_epoch_cache.assign(epoch, offset)
+
+    def epoch_start_offset(self, epoch: int) -> int:
+        """Where `epoch` starts in this log (0 when the cache does not know it)."""
+        for e in self.leader_epoch_cache.entries:
+            if e.epoch == epoch:
+                return e.start_offset
+        return 0
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch (KIP-101/279): (largest epoch <= `epoch`, the first offset after it), or

@@ -445,11 +445,13 @@ class TopicBasedRemoteLogMetadataManager:
         self.events_loaded = 0
 
     # ---- lifecycle ----
+    def topic_configs(self) -> dict[str, str]:
+        return {"retention.ms": str(self.retention_ms), "retention.bytes": "-1", "cleanup.policy": "delete",
+                "remote.storage.enable": "false"}
+
     def start(self) -> None:
         """Create the topic if needed, then rebuild the view by replaying every metadata partition."""
-        partitions = self.internal.ensure(REMOTE_LOG_METADATA_TOPIC, self.num_partitions, {
-            "retention.ms": str(self.retention_ms), "retention.bytes": "-1", "cleanup.policy": "delete",
-            "remote.storage.enable": "false"})
+        partitions = self.internal.ensure(REMOTE_LOG_METADATA_TOPIC, self.num_partitions, self.topic_configs())
         if partitions != self.num_partitions:
             log.warning("%s has %d partitions, remote.log.metadata.topic.num.partitions is %d; using %d",
                         REMOTE_LOG_METADATA_TOPIC, partitions, self.num_partitions, partitions)

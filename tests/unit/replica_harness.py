@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metadata.image import PartitionImage
 from replication.replica_manager import ReplicaManager
 
 
@@ -22,6 +23,14 @@ class TopicInfo:
     @property
     def uuid(self) -> uuid.UUID:
         return uuid.UUID(self.topic_id)
+
+    @property
+    def partition_states(self) -> tuple[PartitionImage, ...]:
+        """Every partition led by node 1 (BrokerConfig's default node.id), the only replica."""
+        return (PartitionImage((1,), (1,), 1),) * self.partitions
+
+    def partition(self, index: int) -> PartitionImage | None:
+        return self.partition_states[index] if 0 <= index < self.partitions else None
 
 
 class TopicRegistry:
@@ -58,7 +67,7 @@ def open_replicas(config) -> ReplicaManager:
 
     def create_topic(name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         info = topics.create(name, partitions, configs)
-        replicas.add_partitions(info, 0)
+        replicas.apply_topic(info, None)
         return info
     replicas.create_topic = create_topic
     return replicas

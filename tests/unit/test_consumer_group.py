@@ -246,7 +246,7 @@ async def test_consumer_group_reloads_from_the_log(tmp_path):
 
     replicas, gc = open_()
     replicas.topics.create("t", 6, {})
-    replicas.add_partitions(replicas.topics.get("t"), 0)
+    replicas.apply_topic(replicas.topics.get("t"), None)
     gc.start()
     await asyncio.wait_for(gc._load_task, 5)
     a, b = Client(gc, "a"), Client(gc, "b")

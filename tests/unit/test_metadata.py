@@ -66,21 +66,21 @@ def test_log_replays_and_cuts_a_torn_tail(tmp_path):
     assert len(MetadataLog(tmp_path).read_all()) == 3
 
 
-def test_controller_validates_appends_publishes_and_reloads(tmp_path):
+async def test_controller_validates_appends_publishes_and_reloads(tmp_path):
     c = LocalController(tmp_path, 1)
     seen = []
     c.add_publisher(lambda old, new: seen.append((old.offset, new.offset)))
-    c.submit(_topic())
+    await c.submit(_topic())
     with pytest.raises(ValueError):
-        c.submit([*_topic()])                              # exists already: nothing written, nothing published
+        await c.submit([*_topic()])                        # exists already: nothing written, nothing published
     assert seen == [(-1, 2)]
-    assert c.allocate_producer_ids(1) == 0 and c.allocate_producer_ids(1) == PRODUCER_ID_BLOCK
+    assert await c.allocate_producer_ids(1) == 0 and await c.allocate_producer_ids(1) == PRODUCER_ID_BLOCK
     reopened = LocalController(tmp_path, 1)
     assert reopened.image.get("t").partitions == 2 and reopened.image.next_producer_id == 2 * PRODUCER_ID_BLOCK
-    assert reopened.allocate_producer_ids(1) == 2 * PRODUCER_ID_BLOCK       # ids never repeat across restarts
+    assert await reopened.allocate_producer_ids(1) == 2 * PRODUCER_ID_BLOCK  # ids never repeat across restarts
 
 
-def test_upgrade_from_the_json_topic_store_keeps_ids_configs_and_producer_ids(tmp_path):
+async def test_upgrade_from_the_json_topic_store_keeps_ids_configs_and_producer_ids(tmp_path):
     legacy = {"topics": {"a": {"name": "a", "topic_id": TID, "partitions": 3, "configs": {"cleanup.policy": "compact"}},
                          "b": {"name": "b", "topic_id": uuid.uuid4().hex, "partitions": 1}},
               "next_producer_id_block": 5000}
@@ -89,7 +89,7 @@ def test_upgrade_from_the_json_topic_store_keeps_ids_configs_and_producer_ids(tm
     a = c.image.get("a")
     assert (a.topic_id, a.partitions, a.configs) == (TID, 3, {"cleanup.policy": "compact"})
     assert a.partition(2).leader == 7 and c.image.get("b").partitions == 1
-    assert c.allocate_producer_ids(7) == 5000
+    assert await c.allocate_producer_ids(7) == 5000
     assert not (tmp_path / LEGACY_FILE).exists() and (tmp_path / (LEGACY_FILE + ".migrated")).exists()
     again = LocalController(tmp_path, 7)                   # the migrated file is not read twice
     assert [t.name for t in again.image.topics()] == ["a", "b"] and again.image.next_producer_id == 6000

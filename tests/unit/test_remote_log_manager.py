@@ -42,7 +42,7 @@ class Broker:
 
     def create(self, name: str, **configs):
         info = self.topics.create(name, 1, {k.replace("_", "."): str(v) for k, v in configs.items()})
-        self.replicas.add_partitions(info, 0)
+        self.replicas.apply_topic(info, None)
         return self.replicas.get(name, 0)
 
     def produce(self, part, n: int, start: int = 0) -> None:

@@ -1,0 +1,95 @@
+"""Registration and heartbeats of this broker with the active controller (Kafka's BrokerLifecycleManager).
+
+The broker registers with a new incarnation id at every start and gets its broker epoch; it then heartbeats every
+`broker.heartbeat.interval.ms` with the metadata offset it has applied, which unfences it once it has caught up. A
+heartbeat answered STALE_BROKER_EPOCH (the controller no longer knows this registration) registers again. On a
+clean stop it asks for a controlled shutdown: the controller fences it and moves its leaderships away first.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from broker.controller_channel import ControllerUnavailable
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("strata.lifecycle")
+
+BROKER_REGISTRATION, BROKER_HEARTBEAT = 62, 63
+
+
+class BrokerLifecycle:
+    def __init__(self, node_id: int, channel, topics, *, cluster_id: str, rack: str | None,
+                 endpoint: tuple[str, int], heartbeat_interval_ms: int = 2000):
+        self.node_id, self.channel, self.topics = node_id, channel, topics
+        self.cluster_id, self.rack, self.endpoint = cluster_id, rack, endpoint
+        self.interval = heartbeat_interval_ms / 1000
+        self.incarnation_id = uuid.uuid4().hex
+        self.broker_epoch = -1
+        self.fenced = True
+        self.registered = asyncio.Event()
+        self.unfenced = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="broker-lifecycle")
+
+    async def _register(self) -> None:
+        resp = await self.channel.send(BROKER_REGISTRATION, 0, {
+            "broker_id": self.node_id, "cluster_id": self.cluster_id,
+            "incarnation_id": uuid.UUID(self.incarnation_id),
+            "listeners": [{"name": "PLAINTEXT", "host": self.endpoint[0], "port": self.endpoint[1],
+                           "security_protocol": 0}],
+            "features": [], "rack": self.rack}, timeout=max(self.interval * 2, 5))
+        if resp.error_code:
+            raise ControllerUnavailable(f"registration refused: {resp.error_code.name}")
+        self.broker_epoch = resp.broker_epoch
+        self.registered.set()
+        log.info("broker %d registered with the controller, broker epoch %d", self.node_id, self.broker_epoch)
+
+    async def _heartbeat(self, want_shut_down: bool = False):
+        return await self.channel.send(BROKER_HEARTBEAT, 0, {
+            "broker_id": self.node_id, "broker_epoch": self.broker_epoch,
+            "current_metadata_offset": self.topics.image.offset, "want_fence": False,
+            "want_shut_down": want_shut_down}, timeout=max(self.interval * 2, 5))
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if self.broker_epoch < 0:
+                    await self._register()
+                resp = await self._heartbeat()
+                if resp.error_code == ErrorCode.stale_broker_epoch:
+                    log.warning("broker %d: the controller does not know broker epoch %d; registering again",
+                                self.node_id, self.broker_epoch)
+                    self.broker_epoch = -1
+                    continue
+                if resp.error_code:
+                    raise ControllerUnavailable(resp.error_code.name)
+                if self.fenced != resp.is_fenced:
+                    log.info("broker %d is %s", self.node_id, "fenced" if resp.is_fenced else "unfenced")
+                self.fenced = resp.is_fenced
+                if not self.fenced:
+                    self.unfenced.set()
+            except ControllerUnavailable as e:
+                log.debug("broker %d: controller unavailable: %s", self.node_id, e)
+                await asyncio.sleep(min(self.interval, 0.2))
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("broker %d: heartbeat failed", self.node_id)
+            # fenced brokers retry soon: they are waiting to be let in
+            await asyncio.sleep(self.interval if not self.fenced else min(self.interval, 0.1))
+
+    async def stop(self, controlled: bool = True, timeout: float = 5.0) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if controlled and self.broker_epoch >= 0:
+            try:
+                await asyncio.wait_for(self._heartbeat(want_shut_down=True), timeout)
+                log.info("broker %d: controlled shutdown done", self.node_id)
+            except (ControllerUnavailable, asyncio.TimeoutError) as e:
+                log.warning("broker %d: controlled shutdown failed: %s", self.node_id, e)

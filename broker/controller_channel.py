@@ -1,0 +1,79 @@
+"""The broker's way to the active controller (Kafka's NodeToControllerChannelManager): the controller is whichever
+node the metadata image names, reached at the endpoint of its broker registration. Admin requests a client sent to
+any broker are forwarded with their body bytes unchanged (Kafka forwards them in an Envelope), so the controller
+validates and answers them exactly as if the client had asked it.
+
+A node that is itself the active controller goes through its own listener too: one code path, and the request
+is served by the same handler either way. (It uses its own listener address: it may not be registered yet.)
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol.client import BrokerConnection, ConnectionFailed
+
+log = logging.getLogger("strata.controller_channel")
+
+
+class ControllerUnavailable(Exception):
+    """No active controller is known, or it cannot be reached: retriable."""
+
+
+class ControllerChannel:
+    def __init__(self, node_id: int, topics, own_endpoint: tuple[str, int], *, request_timeout: float = 30.0):
+        self.node_id = node_id
+        self.own_endpoint = own_endpoint
+        self.topics = topics                     # the MetadataCache: image.controller_id and the registrations
+        self.request_timeout = request_timeout
+        self._conn: BrokerConnection | None = None
+        self._conn_for: tuple | None = None
+
+    def _connection(self) -> BrokerConnection:
+        image = self.topics.image
+        controller = image.controller_id
+        if controller == self.node_id:
+            endpoint = self.own_endpoint        # the controller registers itself through this, before it is known
+        else:
+            reg = image.brokers.get(controller)
+            if reg is None:
+                raise ControllerUnavailable(f"no reachable controller (controller id {controller})")
+            endpoint = reg.endpoint()
+        key = (controller, endpoint)
+        if self._conn_for != key:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = BrokerConnection(*endpoint, client_id=f"strata-broker-{self.node_id}")
+            self._conn_for = key
+        return self._conn
+
+    async def send(self, api_key: int, version: int, body, *, timeout: float | None = None):
+        """A request to the controller as a dict; its decoded response. ControllerUnavailable on failure."""
+        try:
+            return await self._connection().send(api_key, version, body, timeout=timeout or self.request_timeout)
+        except ConnectionFailed as e:
+            raise ControllerUnavailable(str(e)) from None
+
+    async def forward(self, req) -> bytes:
+        """A client's request, passed to the controller as it came; the controller's response body."""
+        body = memoryview(req.frame)[req.body_offset:]
+        try:
+            resp = await self._connection().send_raw(req.api_key, req.api_version, body, flexible=req.flexible,
+                                                     timeout=self.request_timeout)
+        except (ConnectionFailed, ControllerUnavailable) as e:
+            raise ControllerUnavailable(str(e)) from None
+        return bytes(resp)
+
+    async def wait_for_offset(self, offset: int, timeout: float = 10.0) -> bool:
+        """Wait until this broker's image has applied the metadata log up to `offset`."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.topics.image.offset < offset:
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

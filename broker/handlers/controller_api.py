@@ -1,0 +1,32 @@
+"""Shared by the controller's APIs (registration, heartbeat, AlterPartition, AllocateProducerIds): only the active
+controller answers them; any other node, or one that loses the role meanwhile, answers NOT_CONTROLLER so the
+sender looks the controller up again. Not a handler itself (no API_KEY): the loader skips it."""
+from __future__ import annotations
+
+import logging
+
+from metadata.object_store_controller import NotControllerError
+from protocol import kio_codec
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("strata.controller")
+
+
+def serve(broker, api_key: int, version: int, answer, refusal: dict):
+    control = broker.cluster_control
+
+    async def run():
+        body = None
+        if control is not None and broker.controller.active:
+            try:
+                body = await answer(control)
+            except NotControllerError:
+                body = None
+            except ValueError as e:          # records that do not apply: a bug or a race with another change
+                log.warning("controller request %d refused: %s", api_key, e)
+                body = {**refusal, "error_code": ErrorCode.unknown_server_error}
+        if body is None:
+            body = {**refusal, "error_code": ErrorCode.not_controller}
+        return kio_codec.encode_response(api_key, version, {"throttle_time": 0, **body})
+
+    return run()

@@ -1,0 +1,229 @@
+"""What the active controller decides about brokers and partitions (Kafka's ClusterControlManager and
+ReplicationControlManager): registrations, heartbeats and fencing, leader election, ISR changes.
+
+The functions at the top are pure: an image in, the records that express the decision out (or a Kafka error
+code). `ClusterControl` adds what needs a clock (broker sessions) and appends the records through the controller,
+which fences the whole batch by the controller epoch. Rules as in KRaft:
+
+- A broker registers fenced; it is unfenced by a heartbeat once it has caught up with the metadata log up to its
+  own registration. A new incarnation of a registered broker first fences the old one.
+- A fenced broker (session expired, or it asked for a controlled shutdown) leaves every ISR and every leadership;
+  the new leader is the first replica, in assignment order, that is in the ISR and unfenced, with the leader epoch
+  bumped. If no such replica exists the partition goes offline (leader -1) and keeps its last ISR member, so that
+  only that replica (which has every acknowledged record) can lead again: no unclean election.
+- An unfenced broker leads the offline partitions whose ISR names it.
+- AlterPartition comes from the leader, at the current leader epoch and partition epoch, and may only name
+  unfenced replicas in the new ISR; each accepted change bumps the partition epoch.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from metadata.controller import PRODUCER_ID_BLOCK
+from metadata.image import MetadataImage, PartitionImage, TopicImage
+from metadata.records import BrokerRegistrationChangeRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("strata.controller")
+
+
+def _changed(t: TopicImage, index: int, p: PartitionImage, *, isr=None, leader=None) -> PartitionRecord:
+    isr = p.isr if isr is None else tuple(isr)
+    leader = p.leader if leader is None else leader
+    epoch = p.leader_epoch + 1 if leader != p.leader else p.leader_epoch
+    return PartitionRecord(t.topic_id, index, list(p.replicas), list(isr), leader, epoch, p.partition_epoch + 1)
+
+
+def _unfenced(image: MetadataImage, broker_id: int) -> bool:
+    b = image.brokers.get(broker_id)
+    return b is not None and not b.fenced
+
+
+def fence_records(image: MetadataImage, broker_id: int) -> list:
+    """Fence `broker_id`: out of every ISR, leaderships moved to another ISR member (or offline)."""
+    b = image.brokers.get(broker_id)
+    if b is None:
+        return []
+    out: list = [] if b.fenced else [BrokerRegistrationChangeRecord(broker_id, b.epoch, True)]
+    for t in image.topics_by_id.values():
+        for i, p in enumerate(t.partition_states):
+            if broker_id not in p.isr and p.leader != broker_id:
+                continue
+            isr = tuple(r for r in p.isr if r != broker_id)
+            leader = p.leader
+            if leader == broker_id or leader == -1:
+                leader = next((r for r in p.replicas if r in isr and r != broker_id and _unfenced(image, r)), -1)
+            if not isr:
+                isr = p.isr            # the last ISR member stays, so that only it can lead again
+            if isr != p.isr or leader != p.leader:
+                out.append(_changed(t, i, p, isr=isr, leader=leader))
+    return out
+
+
+def unfence_records(image: MetadataImage, broker_id: int) -> list:
+    """Unfence `broker_id` and make it leader of the offline partitions whose ISR names it."""
+    b = image.brokers.get(broker_id)
+    if b is None or not b.fenced:
+        return []
+    out: list = [BrokerRegistrationChangeRecord(broker_id, b.epoch, False)]
+    for t in image.topics_by_id.values():
+        for i, p in enumerate(t.partition_states):
+            if p.leader == -1 and broker_id in p.isr:
+                out.append(_changed(t, i, p, leader=broker_id))
+    return out
+
+
+def register_records(image: MetadataImage, broker_id: int, incarnation_id: str, rack: str | None,
+                     endpoints: list[tuple[str, str, int]]) -> list:
+    """A broker's registration (fenced until it catches up); a new incarnation fences the old one first."""
+    old = image.brokers.get(broker_id)
+    if old is not None and old.incarnation_id == incarnation_id:
+        return []                                   # a retried registration: nothing changes
+    out = fence_records(image, broker_id) if old is not None else []
+    out.append(RegisterBrokerRecord(broker_id, incarnation_id, rack, [tuple(e) for e in endpoints], fenced=True))
+    return out
+
+
+@dataclass
+class AlterPartitionResult:
+    error_code: int
+    record: PartitionRecord | None = None
+    partition: PartitionImage | None = None
+
+
+def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int, topic_id: str, index: int,
+                    leader_epoch: int, partition_epoch: int, new_isr: list[int]) -> AlterPartitionResult:
+    """Validate a leader's ISR change as Kafka's ReplicationControlManager.alterPartition does."""
+    b = image.brokers.get(broker_id)
+    if b is None or (broker_epoch >= 0 and b.epoch != broker_epoch):
+        return AlterPartitionResult(ErrorCode.stale_broker_epoch)
+    t = image.topics_by_id.get(topic_id)
+    if t is None:
+        return AlterPartitionResult(ErrorCode.unknown_topic_id)
+    p = t.partition(index)
+    if p is None:
+        return AlterPartitionResult(ErrorCode.unknown_topic_or_partition)
+    if p.leader != broker_id:
+        return AlterPartitionResult(ErrorCode.invalid_request, partition=p)
+    if leader_epoch > p.leader_epoch:
+        return AlterPartitionResult(ErrorCode.unknown_leader_epoch, partition=p)
+    if leader_epoch < p.leader_epoch:
+        return AlterPartitionResult(ErrorCode.fenced_leader_epoch, partition=p)
+    if partition_epoch != p.partition_epoch:
+        return AlterPartitionResult(ErrorCode.invalid_update_version, partition=p)
+    if broker_id not in new_isr or any(r not in p.replicas for r in new_isr):
+        return AlterPartitionResult(ErrorCode.invalid_request, partition=p)
+    if any(r not in p.isr and not _unfenced(image, r) for r in new_isr):
+        return AlterPartitionResult(ErrorCode.ineligible_replica, partition=p)
+    isr = tuple(r for r in p.replicas if r in new_isr)
+    if isr == p.isr:
+        return AlterPartitionResult(0, partition=p)
+    return AlterPartitionResult(0, _changed(t, index, p, isr=isr))
+
+
+class ClusterControl:
+    """Broker sessions and the cluster requests the active controller serves; `controller` is an
+    ObjectStoreController (its `submit` appends a batch, or raises NotControllerError)."""
+
+    def __init__(self, controller, session_timeout_ms: int = 9000, *, clock=time.monotonic):
+        self.controller = controller
+        self.session_timeout = session_timeout_ms / 1000
+        self.clock = clock
+        self.last_heartbeat: dict[int, float] = {}
+        self._active_epoch = -1
+        self._task: asyncio.Task | None = None
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.controller.image
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._expire_sessions(), name="broker-sessions")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _check_active(self) -> None:
+        """A controller that just took over gives every broker a full session to send its first heartbeat."""
+        epoch = self.controller.epoch
+        if self._active_epoch != epoch:
+            self._active_epoch = epoch
+            now = self.clock()
+            self.last_heartbeat = {b: now for b in self.image.brokers}
+
+    async def register(self, broker_id: int, incarnation_id: str, rack: str | None,
+                       endpoints: list[tuple[str, str, int]]) -> int:
+        """BrokerRegistration: returns the broker epoch."""
+        self._check_active()
+        records = register_records(self.image, broker_id, incarnation_id, rack, endpoints)
+        image = await self.controller.submit(records) if records else self.image
+        self.last_heartbeat[broker_id] = self.clock()
+        log.info("broker %d registered (incarnation %s, epoch %d)", broker_id, incarnation_id,
+                 image.brokers[broker_id].epoch)
+        return image.brokers[broker_id].epoch
+
+    async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int,
+                        want_shut_down: bool) -> tuple[int, bool, bool, bool]:
+        """BrokerHeartbeat: (error, is_caught_up, is_fenced, should_shut_down)."""
+        self._check_active()
+        b = self.image.brokers.get(broker_id)
+        if b is None or b.epoch != broker_epoch:
+            return ErrorCode.stale_broker_epoch, False, True, False
+        self.last_heartbeat[broker_id] = self.clock()
+        caught_up = metadata_offset >= b.epoch
+        if want_shut_down:
+            records = fence_records(self.image, broker_id)
+            if records:
+                await self.controller.submit(records)
+                log.info("broker %d is shutting down: fenced, %d partition(s) changed", broker_id, len(records) - 1)
+            return 0, caught_up, True, True
+        if b.fenced and caught_up:
+            await self.controller.submit(unfence_records(self.image, broker_id))
+            log.info("broker %d unfenced", broker_id)
+            return 0, True, False, False
+        return 0, caught_up, b.fenced, False
+
+    async def alter_partition(self, broker_id: int, broker_epoch: int, changes: list) -> list[AlterPartitionResult]:
+        """AlterPartition: `changes` are (topic_id, index, leader_epoch, partition_epoch, new_isr); one batch."""
+        self._check_active()
+        image = self.image
+        results = [alter_partition(image, broker_id, broker_epoch, *c) for c in changes]
+        records = [r.record for r in results if r.record is not None]
+        if records:
+            image = await self.controller.submit(records)
+            for r in results:
+                if r.record is not None:
+                    r.partition = image.topics_by_id[r.record.topic_id].partition(r.record.partition)
+        return results
+
+    async def allocate_producer_ids(self, broker_id: int) -> int:
+        start = self.image.next_producer_id
+        await self.controller.submit([ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK)])
+        return start
+
+    async def _expire_sessions(self) -> None:
+        interval = max(self.session_timeout / 8, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            if not self.controller.active:
+                self._active_epoch = -1
+                continue
+            try:
+                self._check_active()
+                now = self.clock()
+                for b in list(self.image.brokers.values()):
+                    if not b.fenced and now - self.last_heartbeat.get(b.broker_id, now) > self.session_timeout:
+                        records = fence_records(self.image, b.broker_id)
+                        if records:
+                            await self.controller.submit(records)
+                            log.warning("broker %d fenced: no heartbeat for %.1fs; %d partition(s) changed",
+                                        b.broker_id, now - self.last_heartbeat[b.broker_id], len(records) - 1)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("broker session check failed: %s", e)

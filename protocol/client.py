@@ -1,0 +1,124 @@
+"""An async Kafka client connection for broker-to-broker requests (Kafka's NetworkClient, cut to what a broker
+needs): followers fetching from leaders, BrokerRegistration/BrokerHeartbeat/AlterPartition to the controller, and
+admin requests forwarded to it. Requests are pipelined on one connection and matched by correlation id.
+
+Bodies are either kio entities (encoded and decoded here) or raw bytes: a forwarded admin request keeps the
+client's own body bytes, so no re-encoding happens on the way to the controller.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import itertools
+import struct
+
+from protocol import kio_codec
+from protocol.wire import I32
+
+_HEADER = struct.Struct(">hhi")
+
+
+class ConnectionFailed(Exception):
+    """The peer could not be reached, or the connection broke before the response came."""
+
+
+def encode_request(api_key: int, version: int, body) -> bytes:
+    schema = kio_codec.request_schema(api_key, version)
+    out = io.BytesIO()
+    kio_codec._writer(schema)(out, kio_codec.to_entity(schema, body))
+    return out.getvalue()
+
+
+def decode_response(api_key: int, version: int, data):
+    schema = kio_codec.response_schema(api_key, version)
+    entity, _ = kio_codec._reader(schema)(memoryview(bytes(data)).toreadonly(), 0)
+    return entity
+
+
+class BrokerConnection:
+    """One connection to `host:port`, opened on first use and re-opened after a failure."""
+
+    def __init__(self, host: str, port: int, client_id: str, *, connect_timeout: float = 5.0):
+        self.host, self.port, self.client_id = host, port, client_id
+        self.connect_timeout = connect_timeout
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._corr = itertools.count(1)
+        self._read_task: asyncio.Task | None = None
+        self._connecting: asyncio.Lock = asyncio.Lock()
+        cid = client_id.encode()
+        self._client_id = struct.pack(">h", len(cid)) + cid
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection({self.host}:{self.port})"
+
+    async def _connect(self) -> None:
+        async with self._connecting:
+            if self._writer is not None:
+                return
+            try:
+                self._reader, self._writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), self.connect_timeout)
+            except (OSError, asyncio.TimeoutError) as e:
+                raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {e}") from None
+            self._read_task = asyncio.create_task(self._read_loop(self._reader))
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                size = I32.unpack(await reader.readexactly(4))[0]
+                frame = await reader.readexactly(size)
+                corr = I32.unpack_from(frame, 0)[0]
+                fut = self._pending.pop(corr, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(frame)
+        except (OSError, asyncio.IncompleteReadError) as e:
+            self._fail(ConnectionFailed(f"connection to {self.host}:{self.port} lost: {e}"))
+        except asyncio.CancelledError:
+            self._fail(ConnectionFailed(f"connection to {self.host}:{self.port} closed"))
+            raise
+
+    def _fail(self, exc: Exception) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+    async def send_raw(self, api_key: int, version: int, body, *, flexible: bool | None = None,
+                       timeout: float = 30.0) -> memoryview:
+        """Send `body` (bytes) as a request; the response body (after the response header) as a memoryview."""
+        if flexible is None:
+            flexible = kio_codec.is_flexible(api_key, version)
+        if self._writer is None:
+            await self._connect()
+        corr = next(self._corr) & 0x7FFFFFFF
+        header = _HEADER.pack(api_key, version, corr) + self._client_id + (b"\x00" if flexible else b"")
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[corr] = fut
+        writer = self._writer
+        writer.writelines([I32.pack(len(header) + len(body)), header, body])
+        try:
+            frame = await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            self._pending.pop(corr, None)
+            self.close()               # a late response would otherwise be matched to nothing, forever
+            raise ConnectionFailed(f"no response from {self.host}:{self.port} within {timeout}s") from None
+        skip = 4
+        if flexible and api_key != 18:          # ApiVersions answers with response header v0
+            skip = 5                           # no tagged fields in the response headers brokers send
+        return memoryview(frame)[skip:]
+
+    async def send(self, api_key: int, version: int, body, *, timeout: float = 30.0):
+        """Send a request given as a dict or kio entity; the decoded kio response entity."""
+        data = await self.send_raw(api_key, version, encode_request(api_key, version, body), timeout=timeout)
+        return decode_response(api_key, version, data)
+
+    def close(self) -> None:
+        if self._read_task is not None:
+            self._read_task.cancel()
+            self._read_task = None
+        self._fail(ConnectionFailed(f"connection to {self.host}:{self.port} closed"))

@@ -1,0 +1,209 @@
+"""Followers fetching from leaders (Kafka's ReplicaFetcherManager and ReplicaFetcherThread): one task per leader
+broker fetches every partition this broker follows from it, with our replica id, from our log end offset.
+
+Truncation follows KIP-101/KIP-279 through the fetch itself (Fetch v12+): each partition sends the epoch of its last
+batch (`last_fetched_epoch`); when the leader's log diverged from ours it answers with `diverging_epoch` and no
+records, and we truncate as Kafka's AbstractFetcherThread.getOffsetTruncationState says, then fetch again (a second
+divergence in a row is the case KIP-279 fixed). Never to the high watermark: that lost acknowledged records.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from protocol.client import BrokerConnection, ConnectionFailed
+from protocol.errors import ApiError, ErrorCode
+
+log = logging.getLogger("strata.replica_fetcher")
+
+FETCH, FETCH_VERSION = 1, 12
+_RETRY_ON_METADATA = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
+                      ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
+
+
+@dataclass
+class FetchSettings:
+    node_id: int
+    max_wait_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 1048576            # per partition (replica.fetch.max.bytes)
+    response_max_bytes: int = 10485760
+    backoff_ms: int = 1000
+    socket_timeout_ms: int = 30000
+
+    @classmethod
+    def from_config(cls, config) -> "FetchSettings":
+        g = config.get_int
+        return cls(config.node_id, g("replica.fetch.wait.max.ms"), g("replica.fetch.min.bytes"),
+                   g("replica.fetch.max.bytes"), g("replica.fetch.response.max.bytes"), g("replica.fetch.backoff.ms"),
+                   g("replica.socket.timeout.ms"))
+
+
+def truncation_offset(part, diverging_epoch: int, diverging_end: int) -> tuple[int, bool]:
+    """Kafka's getOffsetTruncationState: (offset to truncate to, whether truncation is complete)."""
+    leo = part.log_end_offset
+    if diverging_end < 0:
+        return part.high_watermark, True           # the leader knows no epochs: all it can offer
+    if diverging_epoch < 0:
+        return min(diverging_end, leo), True
+    epoch, end = part.last_offset_for_leader_epoch(diverging_epoch)
+    if epoch < 0:
+        return min(diverging_end, leo), True
+    if epoch == diverging_epoch:
+        return min(diverging_end, end), True
+    return min(end, leo), False
+
+
+class ReplicaFetcher:
+    """Fetches the partitions this broker follows from one leader."""
+
+    def __init__(self, leader_id: int, endpoint: tuple[str, int], settings: FetchSettings, replicas):
+        self.leader_id = leader_id
+        self.settings = settings
+        self.replicas = replicas
+        self.conn = BrokerConnection(*endpoint, client_id=f"strata-replica-{settings.node_id}")
+        self.partitions: dict[tuple[str, int], float] = {}      # (topic, index) -> not before (backoff)
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{leader_id}")
+
+    def add(self, topic: str, index: int) -> None:
+        self.partitions[(topic, index)] = 0.0
+        self._wake.set()
+
+    def remove(self, topic: str, index: int) -> None:
+        self.partitions.pop((topic, index), None)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self.conn.close()
+
+    def _request(self, now: float):
+        topics: dict[str, list] = {}
+        parts = []
+        for (topic, index), not_before in self.partitions.items():
+            if not_before > now:
+                continue
+            part = self.replicas.get(topic, index)
+            if part is None or part.leader_id != self.leader_id:
+                continue
+            latest = part.log.leader_epoch_cache.latest_epoch()
+            topics.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": part.leader_epoch, "fetch_offset": part.log_end_offset,
+                "last_fetched_epoch": -1 if latest is None else latest, "log_start_offset": part.log_start_offset,
+                "partition_max_bytes": self.settings.max_bytes})
+            parts.append(part)
+        if not parts:
+            return None, parts
+        s = self.settings
+        return {"cluster_id": None, "replica_id": s.node_id, "max_wait": s.max_wait_ms, "min_bytes": s.min_bytes,
+                "max_bytes": s.response_max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                "forgotten_topics_data": [], "rack_id": ""}, parts
+
+    async def _run(self) -> None:
+        while True:
+            now = time.monotonic()
+            body, parts = self._request(now)
+            if body is None:
+                self._wake.clear()
+                waits = [nb - now for nb in self.partitions.values() if nb > now]
+                try:
+                    await asyncio.wait_for(self._wake.wait(), min(waits) if waits else None)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                resp = await self.conn.send(FETCH, FETCH_VERSION, body,
+                                            timeout=(self.settings.max_wait_ms + self.settings.socket_timeout_ms) / 1000)
+            except (ConnectionFailed, OSError) as e:
+                log.info("fetch from broker %d failed: %s", self.leader_id, e)
+                await asyncio.sleep(self.settings.backoff_ms / 1000)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fetch from broker %d failed", self.leader_id)
+                await asyncio.sleep(self.settings.backoff_ms / 1000)
+                continue
+            if resp.error_code:
+                log.info("fetch from broker %d: error %s", self.leader_id, resp.error_code.name)
+                await asyncio.sleep(self.settings.backoff_ms / 1000)
+                continue
+            for t in resp.responses:
+                for p in t.partitions:
+                    self._process(t.topic, p)
+
+    def _process(self, topic: str, p) -> None:
+        key = (topic, p.partition_index)
+        part = self.replicas.get(topic, p.partition_index)
+        if key not in self.partitions or part is None or part.leader_id != self.leader_id:
+            return
+        err = int(p.error_code)
+        try:
+            if err == 0:
+                div = p.diverging_epoch
+                if div is not None and div.end_offset >= -1 and (div.epoch >= 0 or div.end_offset >= 0):
+                    offset, _ = truncation_offset(part, div.epoch, div.end_offset)
+                    log.info("%s-%d diverged from leader %d at epoch %d (end offset %d): truncating to %d", topic,
+                             p.partition_index, self.leader_id, div.epoch, div.end_offset, offset)
+                    part.truncate_to(offset)
+                    return
+                if p.records:
+                    part.append_records_to_follower(bytearray(p.records), p.high_watermark)
+                else:
+                    part.log.update_high_watermark(min(p.high_watermark, part.log_end_offset))
+            elif err == ErrorCode.offset_out_of_range and p.log_start_offset > part.log_end_offset:
+                log.info("%s-%d: leader %d's log starts at %d, above our end %d: starting there", topic,
+                         p.partition_index, self.leader_id, p.log_start_offset, part.log_end_offset)
+                part.truncate_fully_and_start_at(p.log_start_offset)
+            else:
+                if err not in _RETRY_ON_METADATA:
+                    log.warning("%s-%d: fetch from leader %d failed with error %d", topic, p.partition_index,
+                                self.leader_id, err)
+                self.partitions[key] = time.monotonic() + self.settings.backoff_ms / 1000
+        except ApiError as e:
+            log.warning("%s-%d: records from leader %d refused: %s", topic, p.partition_index, self.leader_id, e)
+            self.partitions[key] = time.monotonic() + self.settings.backoff_ms / 1000
+
+
+class ReplicaFetcherManager:
+    """Which fetcher (leader) each followed partition is fetched by."""
+
+    def __init__(self, settings: FetchSettings, replicas, endpoint_of):
+        self.settings, self.replicas, self.endpoint_of = settings, replicas, endpoint_of
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._leader_of: dict[tuple[str, int], int] = {}
+
+    def follow(self, topic: str, index: int, leader_id: int) -> None:
+        old = self._leader_of.get((topic, index))
+        if old is not None and old != leader_id:
+            self.unfollow(topic, index)
+        if leader_id < 0:
+            return
+        fetcher = self.fetchers.get(leader_id)
+        endpoint = self.endpoint_of(leader_id)
+        if fetcher is None or fetcher.conn.host != endpoint[0] or fetcher.conn.port != endpoint[1]:
+            if fetcher is not None:
+                asyncio.get_running_loop().create_task(fetcher.stop())
+                moved = fetcher.partitions
+            else:
+                moved = {}
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(leader_id, endpoint, self.settings, self.replicas)
+            for t, i in moved:
+                fetcher.add(t, i)
+        fetcher.add(topic, index)
+        self._leader_of[(topic, index)] = leader_id
+
+    def unfollow(self, topic: str, index: int) -> None:
+        leader = self._leader_of.pop((topic, index), None)
+        fetcher = self.fetchers.get(leader) if leader is not None else None
+        if fetcher is not None:
+            fetcher.remove(topic, index)
+
+    async def shutdown(self) -> None:
+        for f in list(self.fetchers.values()):
+            await f.stop()
+        self.fetchers.clear()

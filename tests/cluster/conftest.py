@@ -1,0 +1,100 @@
+"""A real cluster for tests: several `strata broker` processes on loopback ports sharing one metadata store (the
+embedded local-filesystem store by default), killed with SIGKILL where a test needs a crash."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BrokerProcess, free_port
+
+# Short timeouts so failover happens within seconds; everything else is Kafka's default.
+CLUSTER_OVERRIDES = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "2000",
+    "replica.lag.time.max.ms": "5000",
+    "default.replication.factor": "3",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "3",
+    "num.partitions": "1",
+}
+
+
+class Cluster:
+    def __init__(self, root: Path, size: int, store_url: str | None = None, overrides: dict | None = None):
+        self.root = root
+        self.store_url = store_url or f"file://{root / 'store'}"
+        ports = [free_port() for _ in range(size)]
+        self.brokers: dict[int, BrokerProcess] = {}
+        for i, port in enumerate(ports, start=1):
+            b = BrokerProcess(root / f"broker-{i}", {
+                "node.id": str(i), "broker.rack": "abc"[(i - 1) % 3],
+                "metadata.log.storage.url": self.store_url, **CLUSTER_OVERRIDES, **(overrides or {})})
+            b.port = port
+            b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+            self.brokers[i] = b
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.alive())
+
+    def start(self) -> "Cluster":
+        for b in self.brokers.values():
+            b.start()
+        self.wait_for_brokers(len(self.brokers))
+        return self
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            b.stop()
+
+    def admin(self):
+        from confluent_kafka.admin import AdminClient
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def wait_for_brokers(self, n: int, timeout: float = 60) -> None:
+        """Until the cluster's metadata lists `n` unfenced brokers."""
+        deadline = time.monotonic() + timeout
+        admin = self.admin()
+        while time.monotonic() < deadline:
+            try:
+                md = admin.list_topics(timeout=5)
+                if len(md.brokers) >= n and md.controller_id >= 0:
+                    return
+            except Exception:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"cluster did not reach {n} brokers:\n" +
+                             "\n".join(b.log_text()[-2000:] for b in self.brokers.values()))
+
+    def partition(self, topic: str, index: int = 0):
+        md = self.admin().list_topics(topic, timeout=10)
+        return md.topics[topic].partitions[index]
+
+    def leader(self, topic: str, index: int = 0) -> int:
+        return self.partition(topic, index).leader
+
+    def wait_for_isr(self, topic: str, size: int, index: int = 0, timeout: float = 60) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                p = self.partition(topic, index)
+                if len(p.isrs) == size and p.leader >= 0:
+                    return p.isrs
+            except Exception:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"{topic}-{index} did not reach an ISR of {size}")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- broker {i}\n{b.log_text()[-4000:]}" for i, b in self.brokers.items())
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path, 3).start()
+    yield c
+    c.stop()
+    print(c.logs())              # shown with a failing test's output

@@ -1,0 +1,206 @@
+"""A three-broker cluster of real processes: metadata through the object store, replication with acks=all,
+failover after kill -9, and the controller moving when its broker dies."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import NewTopic
+
+from tests.integration.helpers import records
+
+
+def create(cluster, topic: str, partitions: int = 1, rf: int = 3, configs: dict | None = None) -> None:
+    admin = cluster.admin()
+    fs = admin.create_topics([NewTopic(topic, partitions, rf, config=configs or {})])
+    for f in fs.values():
+        f.result(timeout=30)
+    for p in range(partitions):
+        cluster.wait_for_isr(topic, rf, p)
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            out += records(c.consume(500, 1))
+    finally:
+        c.close()
+    return out
+
+
+def test_cluster_names_its_controller_and_every_broker(cluster):
+    admin = cluster.admin()                     # kept: a collected AdminClient fails its pending futures
+    md = admin.list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2, 3]
+    assert md.controller_id in (1, 2, 3)
+    # DescribeCluster names the active controller too
+    desc = admin.describe_cluster().result(timeout=10)
+    assert desc.controller.id == md.controller_id and sorted(n.id for n in desc.nodes) == [1, 2, 3]
+
+
+def test_topic_created_through_any_broker_is_replicated_with_acks_all(cluster, topic_name):
+    md = cluster.admin().list_topics(timeout=10)
+    other = next(b for i, b in cluster.brokers.items() if i != md.controller_id)
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": other.bootstrap})       # forwarded to the controller
+    for f in admin.create_topics([NewTopic(topic_name, 3, 3)]).values():
+        f.result(timeout=30)
+    for p in range(3):
+        isr = cluster.wait_for_isr(topic_name, 3, p)
+        assert sorted(isr) == [1, 2, 3]
+    leaders = {cluster.leader(topic_name, p) for p in range(3)}
+    assert leaders == {1, 2, 3}                         # round-robin placement spreads the leaders
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    errors = []
+    for i in range(300):
+        p.produce(topic_name, str(i).encode(), partition=i % 3,
+                  on_delivery=lambda e, m: errors.append(e) if e else None)
+    assert p.flush(30) == 0 and errors == []
+    got = consume_all(cluster.bootstrap, topic_name, 300)
+    assert sorted(int(m.value()) for m in got) == list(range(300))
+
+
+def test_kafka_python_produces_and_consumes_on_the_cluster(cluster, topic_name):
+    from kafka import KafkaConsumer, KafkaProducer
+    create(cluster, topic_name, partitions=2)
+    prod = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    for i in range(50):
+        prod.send(topic_name, str(i).encode())
+    prod.flush(30)
+    prod.close()
+    cons = KafkaConsumer(topic_name, bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest",
+                         consumer_timeout_ms=15000, group_id="kp")
+    values = sorted(int(m.value) for m in cons)
+    cons.close()
+    assert values == list(range(50))
+
+
+def test_acks_all_waits_for_min_insync_replicas(cluster, topic_name):
+    """With two of three brokers gone the ISR shrinks to one: acks=all is refused (NOT_ENOUGH_REPLICAS), acks=1
+    still works; when the brokers return they rejoin the ISR and acks=all works again."""
+    create(cluster, topic_name, configs={"min.insync.replicas": "2"})
+    leader = cluster.leader(topic_name)
+    others = [i for i in cluster.brokers if i != leader]
+    for i in others:
+        cluster.brokers[i].kill9()
+    cluster.wait_for_isr(topic_name, 1)
+    from kafka import KafkaProducer
+    from kafka.errors import NotEnoughReplicasError
+    prod = KafkaProducer(bootstrap_servers=cluster.brokers[leader].bootstrap, acks="all", retries=0,
+                         enable_idempotence=False)
+    with pytest.raises(NotEnoughReplicasError):
+        prod.send(topic_name, b"refused").get(timeout=30)
+    one = KafkaProducer(bootstrap_servers=cluster.brokers[leader].bootstrap, acks=1)
+    one.send(topic_name, b"one").get(timeout=30)
+    for i in others:
+        cluster.brokers[i].start()
+    cluster.wait_for_isr(topic_name, 3)
+    prod.send(topic_name, b"accepted").get(timeout=30)
+    prod.close()
+    one.close()
+    assert [m.value() for m in consume_all(cluster.bootstrap, topic_name, 2)] == [b"one", b"accepted"]
+
+
+class AckedProducer:
+    """Produces numbered records with acks=all and idempotence from a thread, keeping what was acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.topic = topic
+        self.acked: dict[int, int] = {}              # value -> offset
+        self.failed = 0
+        self._stop = threading.Event()
+        self._p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                            "linger.ms": 5, "message.timeout.ms": 60000})
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _done(self, err, msg) -> None:
+        if err is None:
+            self.acked[int(msg.value())] = msg.offset()
+        else:
+            self.failed += 1
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            try:
+                self._p.produce(self.topic, str(i).encode(), on_delivery=self._done)
+                i += 1
+            except BufferError:
+                pass
+            self._p.poll(0.002)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._p.flush(60)
+
+    def wait_for_more(self, n: int, timeout: float = 60) -> None:
+        target = len(self.acked) + n
+        deadline = time.monotonic() + timeout
+        while len(self.acked) < target:
+            assert time.monotonic() < deadline, f"produce stalled at {len(self.acked)} acknowledged records"
+            time.sleep(0.05)
+
+
+def kill_leaders(cluster, topic_name: str, rounds: int) -> None:
+    create(cluster, topic_name)
+    with AckedProducer(cluster.bootstrap, topic_name) as prod:
+        prod.wait_for_more(200)
+        for _ in range(rounds):
+            leader = cluster.leader(topic_name)
+            cluster.brokers[leader].kill9()
+            prod.wait_for_more(200)                  # the new leader takes acks=all writes
+            cluster.brokers[leader].start()
+            cluster.wait_for_isr(topic_name, 3)      # the returning broker catches up and rejoins
+            prod.wait_for_more(100)
+    assert prod.failed == 0
+    got = consume_all(cluster.bootstrap, topic_name, len(prod.acked))
+    offsets = [m.offset() for m in got]
+    assert offsets == sorted(offsets)                                       # in order
+    seen = {int(m.value()): m.offset() for m in got}
+    assert len(seen) == len(got)                                            # no duplicates
+    missing = [v for v in prod.acked if v not in seen]
+    assert missing == [], f"{len(missing)} acknowledged records lost, first {missing[:5]}\n{cluster.logs()}"
+    assert all(seen[v] == off for v, off in prod.acked.items())            # at the acknowledged offset
+
+
+def test_kill_9_of_the_leader_loses_no_acknowledged_record(cluster, topic_name):
+    kill_leaders(cluster, topic_name, rounds=3)
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_leader_twenty_times(cluster, topic_name):
+    kill_leaders(cluster, topic_name, rounds=20)
+
+
+def test_controller_killed_another_takes_over_and_metadata_survives(cluster, topic_name):
+    create(cluster, topic_name)
+    controller = cluster.admin().list_topics(timeout=10).controller_id
+    cluster.brokers[controller].kill9()
+    deadline = time.monotonic() + 60
+    new = -1
+    while time.monotonic() < deadline:
+        try:
+            new = cluster.admin().list_topics(timeout=5).controller_id
+        except Exception:
+            new = -1
+        if new not in (-1, controller):
+            break
+        time.sleep(0.2)
+    assert new not in (-1, controller)
+    create(cluster, topic_name + "-after", rf=2)          # the new controller appends
+    md = cluster.admin().list_topics(timeout=10)
+    assert topic_name in md.topics and topic_name + "-after" in md.topics
+    cluster.brokers[controller].start()
+    cluster.wait_for_isr(topic_name, 3)
