@@ -60,6 +60,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "replica.fetch.backoff.ms": "1000",
     "replica.socket.timeout.ms": "30000",
     "offsets.topic.replication.factor": "3",
+    "offsets.commit.timeout.ms": "5000",
     **CLEANER_DEFAULTS,              # log.cleaner.*: the cleaner's own defaults, one list
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from broker.groups.metadata_store import OFFSETS_TOPIC
 from metadata.image import MetadataImage
 
 log = logging.getLogger("strata.metadata_publisher")
@@ -30,3 +31,5 @@ class MetadataPublisher:
             self.replicas.apply_topic(t, before)
             if before is not None and t.configs != before.configs:
                 self.replicas.reconfigure(t)
+            if t.name == OFFSETS_TOPIC:
+                self.groups.sync_leadership()

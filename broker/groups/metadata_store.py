@@ -232,14 +232,16 @@ class PartitionLoad:
 
 
 # ---- loading --------------------------------------------------------------------------------------------------------
-async def load_groups(coordinator) -> None:
-    """Read every partition of __consumer_offsets still marked loading in `coordinator` (a GroupCoordinator) and
-    install its groups; each partition leaves the loading set when done, so its groups become available one
-    partition at a time while the broker already serves requests (Kafka's scheduleLoadGroupAndOffsets)."""
+async def load_groups(coordinator, partitions: list[int]) -> None:
+    """Read these partitions of __consumer_offsets and install their groups in `coordinator` (a GroupCoordinator);
+    each partition leaves the loading set when done, so its groups become available one partition at a time while
+    the broker already serves requests (Kafka's scheduleLoadGroupAndOffsets)."""
     import asyncio
     t0 = time.monotonic()
     store = coordinator.store
-    for p in sorted(coordinator._loading):
+    for p in partitions:
+        if p not in coordinator._loading:
+            continue                        # resigned meanwhile
         load = PartitionLoad()
         try:
             for chunk in store.read_partition(p):

@@ -40,6 +40,28 @@ def handle(broker, req):
         errors.update(broker.groups.commit_offsets(
             body.group_id, body.generation_id_or_member_epoch, body.member_id,
             getattr(body, "group_instance_id", None), offsets, retention_ms, api_version=v))
+        pending = broker.groups.replicated(body.group_id)
+        if pending is not None:
+            return _after_replication(v, order, errors, pending,
+                                      broker.config.get_int("offsets.commit.timeout.ms") / 1000)
+    return _encode(v, order, errors)
+
+
+async def _after_replication(v, order, errors, pending, timeout_s: float):
+    """The commit is answered once the ISR has it (Kafka appends offset commits with acks=all); REQUEST_TIMED_OUT
+    if the followers do not get it in time, NOT_COORDINATOR if this broker stopped leading the partition."""
+    import asyncio
+    try:
+        err = await asyncio.wait_for(pending, timeout_s)
+    except asyncio.TimeoutError:
+        err = ErrorCode.request_timed_out
+    if err:
+        code = ErrorCode.not_coordinator if err == ErrorCode.not_leader_or_follower else err
+        errors = {tp: e or code for tp, e in errors.items()}
+    return _encode(v, order, errors)
+
+
+def _encode(v, order, errors):
     topics: dict[str, list] = {}
     for tp in dict.fromkeys(order):
         topics.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": errors[tp]})

@@ -204,3 +204,34 @@ def test_controller_killed_another_takes_over_and_metadata_survives(cluster, top
     assert topic_name in md.topics and topic_name + "-after" in md.topics
     cluster.brokers[controller].start()
     cluster.wait_for_isr(topic_name, 3)
+
+
+def test_consumer_group_survives_its_coordinators_broker_dying(cluster, topic_name):
+    from broker.groups.metadata_store import partition_for
+    create(cluster, topic_name)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(100):
+        p.produce(topic_name, str(i).encode())
+    assert p.flush(30) == 0
+    group = f"g-{topic_name}"
+    conf = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False}
+    c = Consumer(conf)
+    c.subscribe([topic_name])
+    first = []
+    deadline = time.monotonic() + 60
+    while len(first) < 50 and time.monotonic() < deadline:
+        first += records([c.poll(1)])
+    c.commit(message=first[49], asynchronous=False)
+    c.close()
+    coordinator = cluster.leader("__consumer_offsets", partition_for(group, 3))
+    cluster.brokers[coordinator].kill9()         # the commit was answered once the ISR had it
+    c = Consumer(conf)
+    c.subscribe([topic_name])
+    rest = []
+    deadline = time.monotonic() + 90
+    while len(rest) < 50 and time.monotonic() < deadline:
+        rest += records(c.consume(50, 1))
+    c.close()
+    assert [int(m.value()) for m in rest] == list(range(50, 100))       # from the committed offset, nothing twice
+    assert cluster.leader("__consumer_offsets", partition_for(group, 3)) != coordinator

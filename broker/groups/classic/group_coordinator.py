@@ -91,6 +91,8 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         self.topics = getattr(replicas, "topics", None)
         self._loading: set[int] = set()
         self._load_task: asyncio.Task | None = None
+        self.replicas = replicas
+        self._leading: set[int] | None = None    # in a cluster: the __consumer_offsets partitions led here
         self.consumer = ConsumerGroupCoordinator(self, config)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
@@ -100,9 +102,54 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         self._active = True
         if self.store is not None:
             self.store.ensure_topic()
-            self._loading = set(range(self.store.num_partitions))
-            self._load_task = self._loop().create_task(gms.load_groups(self))
+            partitions = set(range(self.store.num_partitions))
+            if getattr(self.replicas, "fetchers", None) is not None:       # a cluster: only what we lead
+                self._leading = {p for p in partitions if self._leads(p)}
+                partitions = set(self._leading)
+            self._loading = partitions
+            self._load_task = self._loop().create_task(gms.load_groups(self, sorted(partitions)))
         self._schedule_cleanup()
+
+    def _leads(self, p: int) -> bool:
+        part = self.replicas.get(gms.OFFSETS_TOPIC, p)
+        return part is not None and part.is_leader
+
+    def sync_leadership(self) -> None:
+        """The leaders of __consumer_offsets changed (Kafka's onElection/onResignation): load the groups of the
+        partitions this broker now leads, unload those of the partitions it no longer leads (their members get
+        NOT_COORDINATOR and find the new coordinator)."""
+        if self._leading is None or not self._active:
+            return
+        now = {p for p in range(self.store.num_partitions) if self._leads(p)}
+        gained, lost = now - self._leading, self._leading - now
+        self._leading = now
+        for p in lost:
+            self._loading.discard(p)
+            self._unload_partition(p)
+        if gained:
+            self._loading |= gained
+            log.info("coordinator for %s partitions %s: loading their groups", gms.OFFSETS_TOPIC, sorted(gained))
+            self._loop().create_task(gms.load_groups(self, sorted(gained)))
+
+    def replicated(self, group_id: str):
+        """A future that completes (with an error code, 0 for success) once the ISR has everything appended so far to
+        the group's __consumer_offsets partition, as Kafka's appends there wait for acks=all; None when it has."""
+        if self.store is None or self.replicas is None:
+            return None
+        part = self.replicas.get(gms.OFFSETS_TOPIC, self.store.partition_for(group_id))
+        return part.wait_for_high_watermark(part.log_end_offset) if part is not None else None
+
+    def _unload_partition(self, p: int) -> None:
+        unloaded = [g for g in self.groups.values() if self.store.partition_for(g.group_id) == p]
+        for group in unloaded:
+            self._unload(group)
+            del self.groups[group.group_id]
+        consumer_groups = [gid for gid in self.consumer.groups if self.store.partition_for(gid) == p]
+        for gid in consumer_groups:
+            self.consumer.unload(gid)
+        if unloaded or consumer_groups:
+            log.info("unloaded %d group(s) of %s-%d: no longer its leader", len(unloaded) + len(consumer_groups),
+                     gms.OFFSETS_TOPIC, p)
 
     def stop(self) -> None:
         """Cancel every timer and answer parked JoinGroup/SyncGroup requests with ErrorCode.not_coordinator (Kafka's
@@ -116,17 +163,21 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
             self._cleanup_timer.cancel()
             self._cleanup_timer = None
         for group in self.groups.values():
-            self._cancel_join(group)
-            self._remove_sync_expiration(group)
-            for timer in group.pending_members.values():
-                if timer is not None:
-                    timer.cancel()
-            for member in list(group.members.values()):
-                if member.heartbeat_timer is not None:
-                    member.heartbeat_timer.cancel()
-                    member.heartbeat_timer = None
-                group.maybe_invoke_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
-                group.maybe_invoke_sync(member, SyncResult(ErrorCode.not_coordinator))
+            self._unload(group)
+
+    def _unload(self, group: GroupMetadata) -> None:
+        """Stop a group's timers and answer its parked JoinGroup/SyncGroup with NOT_COORDINATOR."""
+        self._cancel_join(group)
+        self._remove_sync_expiration(group)
+        for timer in group.pending_members.values():
+            if timer is not None:
+                timer.cancel()
+        for member in list(group.members.values()):
+            if member.heartbeat_timer is not None:
+                member.heartbeat_timer.cancel()
+                member.heartbeat_timer = None
+            group.maybe_invoke_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
+            group.maybe_invoke_sync(member, SyncResult(ErrorCode.not_coordinator))
 
     def now_ms(self) -> int:
         return self._clock()
@@ -134,6 +185,8 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
     def _unavailable(self, group_id: str) -> int:
         """NOT_COORDINATOR once stopped; ErrorCode.coordinator_load_in_progress while the group's partition is loading."""
         if not self._active:
+            return ErrorCode.not_coordinator
+        if self._leading is not None and self.store.partition_for(group_id) not in self._leading:
             return ErrorCode.not_coordinator
         if self._loading and self.store is not None and self.store.partition_for(group_id) in self._loading:
             return ErrorCode.coordinator_load_in_progress

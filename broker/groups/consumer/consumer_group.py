@@ -141,6 +141,13 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
         self._session_timers.clear()
         self._rebalance_timers.clear()
 
+    def unload(self, group_id: str) -> None:
+        """Forget a group whose __consumer_offsets partition is now led elsewhere (its timers too)."""
+        self.groups.pop(group_id, None)
+        for timers in (self._session_timers, self._rebalance_timers):
+            for key in [k for k in timers if k[0] == group_id]:
+                timers.pop(key).cancel()
+
     def _commit(self, group: ConsumerGroup, ops: list, extra: list | None = None) -> int:
         """Append the records of `ops` ([(RecordKey, value)], already replayed on `group`) and swap `group` in."""
         records = list(extra or [])
