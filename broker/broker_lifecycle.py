@@ -55,7 +55,7 @@ class BrokerLifecycle:
             "want_shut_down": want_shut_down}, timeout=max(self.interval * 2, 5))
 
     async def _run(self) -> None:
-        while True:
+        while self._task is not None:
             try:
                 if self.broker_epoch < 0:
                     await self._register()
@@ -84,9 +84,10 @@ class BrokerLifecycle:
             await asyncio.sleep(self.interval if not self.fenced else min(self.interval, 0.1))
 
     async def stop(self, controlled: bool = True, timeout: float = 5.0) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        task, self._task = self._task, None        # also ends the loop if wait_for swallows the cancel (3.11)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task}, timeout=5)
         if controlled and self.broker_epoch >= 0:
             try:
                 await asyncio.wait_for(self._heartbeat(want_shut_down=True), timeout)

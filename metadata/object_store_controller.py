@@ -91,11 +91,12 @@ class ObjectStoreController:
         self._task = asyncio.create_task(self._run(), name=f"controller-{self.node_id}")
 
     async def stop(self) -> None:
-        for task in (self._task, self._snapshot_task):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._task = self._snapshot_task = None
+        tasks = [t for t in (self._task, self._snapshot_task) if t is not None]
+        self._task = self._snapshot_task = None    # also ends the loop if a cancel is swallowed
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
         if self.active:
             self.active = False
             try:
@@ -104,7 +105,7 @@ class ObjectStoreController:
                 log.warning("node %d: could not resign the controller lease: %s", self.node_id, e)
 
     async def _run(self) -> None:
-        while True:
+        while self._task is not None:
             try:
                 if self.active:
                     if not await self.lease.renew() or not self.lease.valid():

@@ -66,6 +66,7 @@ class ReplicaFetcher:
         self.conn = BrokerConnection(*endpoint, client_id=f"strata-replica-{settings.node_id}")
         self.partitions: dict[tuple[str, int], float] = {}      # (topic, index) -> not before (backoff)
         self._wake = asyncio.Event()
+        self._running = True
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{leader_id}")
 
     def add(self, topic: str, index: int) -> None:
@@ -76,8 +77,11 @@ class ReplicaFetcher:
         self.partitions.pop((topic, index), None)
 
     async def stop(self) -> None:
+        # The flag as well as the cancel: asyncio.wait_for in Python 3.11 can swallow a cancellation that arrives
+        # as the awaited response completes, and the loop would go on.
+        self._running = False
         self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+        await asyncio.wait({self._task}, timeout=5)
         self.conn.close()
 
     def _request(self, now: float):
@@ -90,6 +94,11 @@ class ReplicaFetcher:
             if part is None or part.leader_id != self.leader_id:
                 continue
             latest = part.log.leader_epoch_cache.latest_epoch()
+            if latest is None and part.log_end_offset > part.high_watermark:
+                # no epochs to compare with the leader's: Kafka's fallback is the high watermark
+                log.info("%s-%d has no leader epochs: truncating to its high watermark %d", topic, index,
+                         part.high_watermark)
+                part.truncate_to(part.high_watermark)
             topics.setdefault(topic, []).append({
                 "partition": index, "current_leader_epoch": part.leader_epoch, "fetch_offset": part.log_end_offset,
                 "last_fetched_epoch": -1 if latest is None else latest, "log_start_offset": part.log_start_offset,
@@ -104,7 +113,7 @@ class ReplicaFetcher:
                 "forgotten_topics_data": [], "rack_id": ""}, parts
 
     async def _run(self) -> None:
-        while True:
+        while self._running:
             now = time.monotonic()
             body, parts = self._request(now)
             if body is None:

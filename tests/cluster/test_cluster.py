@@ -235,3 +235,65 @@ def test_consumer_group_survives_its_coordinators_broker_dying(cluster, topic_na
     c.close()
     assert [int(m.value()) for m in rest] == list(range(50, 100))       # from the committed offset, nothing twice
     assert cluster.leader("__consumer_offsets", partition_for(group, 3)) != coordinator
+
+
+def replica_contents(cluster, topic: str) -> dict[int, list[tuple[int, bytes]]]:
+    """(offset, value) of every record in each broker's copy of `topic`-0, read from its log dir (brokers stopped)."""
+    from protocol.records import iter_all_records
+    from storage.log.log import Log
+    from storage.log.log_config import LogConfig
+    out = {}
+    for i, b in cluster.brokers.items():
+        lg = Log(b.data_dir / "logs" / f"{topic}-0", LogConfig())
+        views = lg.read(lg.log_start_offset, 1 << 30, min_one_message=True, max_offset=lg.log_end_offset)
+        out[i] = [(r.offset, bytes(r.value)) for v in views for r in iter_all_records(v)]
+        lg.close()
+    return out
+
+
+def test_a_returning_leader_truncates_its_divergent_tail(cluster, topic_name):
+    """The leader takes acks=1 records its followers never get (they are paused), then dies; a follower becomes
+    leader at a new epoch and takes other records at the same offsets. When the old leader returns it must drop its
+    tail (KIP-101/279), not keep it: afterwards all three replicas hold the same records at the same offsets."""
+    import signal
+    from kafka import KafkaProducer
+    create(cluster, topic_name, configs={"min.insync.replicas": "1"})
+    prod = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    for i in range(100):
+        prod.send(topic_name, f"committed-{i}".encode())
+    prod.flush(30)
+    prod.close()
+    leader = cluster.leader(topic_name)
+    followers = [i for i in cluster.brokers if i != leader]
+    only_leader = KafkaProducer(bootstrap_servers=cluster.brokers[leader].bootstrap, acks=1, linger_ms=50)
+    only_leader.send(topic_name, b"warm-up").get(timeout=10)      # metadata and connection ready before the pause
+    for i in followers:                          # paused well under broker.session.timeout.ms: they stay in the ISR
+        cluster.brokers[i].proc.send_signal(signal.SIGSTOP)
+    time.sleep(1)        # fetches parked on the leader (replica.fetch.wait.max.ms) are answered before the records come
+    try:
+        futures = [only_leader.send(topic_name, f"divergent-{i}".encode()) for i in range(50)]
+        only_leader.flush(10)
+        assert all(f.get(timeout=1) for f in futures)
+        cluster.brokers[leader].kill9()
+    finally:
+        for i in followers:
+            cluster.brokers[i].proc.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while cluster.leader(topic_name) in (-1, leader):
+        assert time.monotonic() < deadline, cluster.logs()
+        time.sleep(0.2)
+    prod = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    for i in range(30):
+        prod.send(topic_name, f"new-leader-{i}".encode()).get(timeout=30)
+    prod.close()
+    cluster.brokers[leader].start()
+    cluster.wait_for_isr(topic_name, 3)
+    assert "diverged from leader" in cluster.brokers[leader].log_text()
+    expected = [f"committed-{i}".encode() for i in range(100)] + [b"warm-up"] + \
+        [f"new-leader-{i}".encode() for i in range(30)]
+    assert [m.value() for m in consume_all(cluster.bootstrap, topic_name, 131)] == expected
+    only_leader.close(timeout=1)
+    cluster.stop()
+    copies = replica_contents(cluster, topic_name)
+    assert copies[leader] == copies[followers[0]] == copies[followers[1]]
+    assert [v for _, v in copies[leader]] == expected and [o for o, _ in copies[leader]] == list(range(131))
