@@ -30,11 +30,14 @@ from protocol.errors import ErrorCode
 log = logging.getLogger("strata.controller")
 
 
-def _changed(t: TopicImage, index: int, p: PartitionImage, *, isr=None, leader=None) -> PartitionRecord:
+def _changed(t: TopicImage, index: int, p: PartitionImage, *, isr=None, leader=None, replicas=None,
+             adding=None, removing=None) -> PartitionRecord:
     isr = p.isr if isr is None else tuple(isr)
     leader = p.leader if leader is None else leader
     epoch = p.leader_epoch + 1 if leader != p.leader else p.leader_epoch
-    return PartitionRecord(t.topic_id, index, list(p.replicas), list(isr), leader, epoch, p.partition_epoch + 1)
+    return PartitionRecord(t.topic_id, index, list(p.replicas if replicas is None else replicas), list(isr), leader,
+                           epoch, p.partition_epoch + 1, list(p.adding if adding is None else adding),
+                           list(p.removing if removing is None else removing))
 
 
 def _unfenced(image: MetadataImage, broker_id: int) -> bool:
@@ -124,6 +127,59 @@ def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int, top
     return AlterPartitionResult(0, _changed(t, index, p, isr=isr))
 
 
+def elect_preferred(image: MetadataImage, t: TopicImage, index: int) -> tuple[int, PartitionRecord | None]:
+    """ElectLeaders(PREFERRED): the first assigned replica leads if it is in the ISR and unfenced."""
+    p = t.partition(index)
+    if p is None:
+        return ErrorCode.unknown_topic_or_partition, None
+    preferred = p.replicas[0]
+    if p.leader == preferred:
+        return ErrorCode.election_not_needed, None
+    if preferred not in p.isr or not _unfenced(image, preferred):
+        return ErrorCode.preferred_leader_not_available, None
+    return 0, _changed(t, index, p, leader=preferred)
+
+
+def reassign(image: MetadataImage, t: TopicImage, index: int, target: list[int] | None) -> tuple[int, str, list]:
+    """AlterPartitionReassignments (KIP-455): start moving a partition to `target` replicas (the new ones are added
+    and catch up as followers; the old ones leave when every target replica is in the ISR), or cancel a
+    reassignment in progress (`target` None) by going back to the replicas it started from."""
+    p = t.partition(index)
+    if p is None:
+        return ErrorCode.unknown_topic_or_partition, f"partition {t.name}-{index} does not exist", []
+    if target is None:
+        if not p.adding and not p.removing:
+            return ErrorCode.no_reassignment_in_progress, f"no reassignment of {t.name}-{index} in progress", []
+        original = tuple(r for r in p.replicas if r not in p.adding)
+        isr = tuple(r for r in p.isr if r in original) or p.isr
+        leader = p.leader if p.leader in original else next((r for r in original if r in isr), -1)
+        return 0, "", [_changed(t, index, p, replicas=original, isr=isr, leader=leader, adding=(), removing=())]
+    if len(set(target)) != len(target) or not target:
+        return ErrorCode.invalid_replica_assignment, "the target replicas are empty or repeat a broker", []
+    unknown = [b for b in target if b not in image.brokers]
+    if unknown:
+        return ErrorCode.invalid_replica_assignment, f"brokers {unknown} are not registered", []
+    original = tuple(r for r in p.replicas if r not in p.adding)      # a new target replaces one in progress
+    if tuple(target) == original and not p.adding:
+        return 0, "", []
+    replicas = tuple(target) + tuple(r for r in original if r not in target)
+    record = _changed(t, index, p, replicas=replicas, adding=[r for r in target if r not in original],
+                      removing=[r for r in original if r not in target])
+    return 0, "", [record]
+
+
+def complete_reassignment(image: MetadataImage, t: TopicImage, index: int) -> PartitionRecord | None:
+    """Finish a reassignment once every target replica is in the ISR: the removed replicas go, and leadership
+    moves to a target replica if the leader is leaving."""
+    p = t.partition(index)
+    if p is None or not (p.adding or p.removing) or not all(r in p.isr for r in p.target):
+        return None
+    target = p.target
+    isr = tuple(r for r in p.isr if r in target)
+    leader = p.leader if p.leader in target else next((r for r in target if r in isr and _unfenced(image, r)), -1)
+    return _changed(t, index, p, replicas=target, isr=isr, leader=leader, adding=(), removing=())
+
+
 class ClusterControl:
     """Broker sessions and the cluster requests the active controller serves; `controller` is an
     ObjectStoreController (its `submit` appends a batch, or raises NotControllerError)."""
@@ -199,6 +255,11 @@ class ClusterControl:
             for r in results:
                 if r.record is not None:
                     r.partition = image.topics_by_id[r.record.topic_id].partition(r.record.partition)
+            done = [complete_reassignment(image, image.topics_by_id[r.topic_id], r.partition) for r in records]
+            done = [r for r in done if r is not None]
+            if done:                         # an ISR that now holds every target replica ends its reassignment
+                await self.controller.submit(done)
+                log.info("completed the reassignment of %d partition(s)", len(done))
         return results
 
     async def allocate_producer_ids(self, broker_id: int) -> int:

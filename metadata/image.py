@@ -37,6 +37,13 @@ class PartitionImage:
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    adding: tuple[int, ...] = ()       # reassignment in progress: the replicas being added,
+    removing: tuple[int, ...] = ()     # and those removed when it completes
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas once a reassignment in progress completes (the replicas when none is)."""
+        return tuple(r for r in self.replicas if r not in self.removing)
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,8 @@ class MetadataImage:
                 states = list(t.partition_states)
                 if r.partition > len(states):
                     raise ValueError(f"partition {r.partition} of {t.name} leaves a gap after {len(states) - 1}")
-                p = PartitionImage(tuple(r.replicas), tuple(r.isr), r.leader, r.leader_epoch, r.partition_epoch)
+                p = PartitionImage(tuple(r.replicas), tuple(r.isr), r.leader, r.leader_epoch, r.partition_epoch,
+                                   tuple(r.adding_replicas), tuple(r.removing_replicas))
                 if r.partition == len(states):
                     states.append(p)
                 else:
@@ -157,7 +165,8 @@ class MetadataImage:
         for t in self.topics_by_name.values():
             out.append(TopicRecord(t.name, t.topic_id))
             out += [PartitionRecord(t.topic_id, i, list(p.replicas), list(p.isr), p.leader, p.leader_epoch,
-                                    p.partition_epoch) for i, p in enumerate(t.partition_states)]
+                                    p.partition_epoch, list(p.adding), list(p.removing))
+                    for i, p in enumerate(t.partition_states)]
             out += [ConfigRecord(TOPIC_RESOURCE, t.name, k, v) for k, v in sorted(t.configs.items())]
         if self.next_producer_id:
             out.append(ProducerIdsRecord(-1, self.next_producer_id))

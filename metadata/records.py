@@ -42,6 +42,8 @@ class PartitionRecord(msgspec.Struct, tag="Partition"):
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    adding_replicas: list[int] = []                  # a reassignment in progress (KIP-455): replicas joining
+    removing_replicas: list[int] = []                # and replicas leaving once the new ones are in sync
 
 
 class ConfigRecord(msgspec.Struct, tag="Config"):

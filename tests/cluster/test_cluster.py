@@ -297,3 +297,60 @@ def test_a_returning_leader_truncates_its_divergent_tail(cluster, topic_name):
     copies = replica_contents(cluster, topic_name)
     assert copies[leader] == copies[followers[0]] == copies[followers[1]]
     assert [v for _, v in copies[leader]] == expected and [o for o, _ in copies[leader]] == list(range(131))
+
+
+def test_preferred_leader_election_moves_leadership_back(cluster, topic_name):
+    from confluent_kafka import ElectionType, TopicPartition
+    create(cluster, topic_name)
+    preferred = cluster.partition(topic_name).replicas[0]
+    assert cluster.leader(topic_name) == preferred
+    cluster.brokers[preferred].kill9()
+    deadline = time.monotonic() + 60
+    while cluster.leader(topic_name) in (-1, preferred):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    cluster.brokers[preferred].start()
+    cluster.wait_for_isr(topic_name, 3)
+    assert cluster.leader(topic_name) != preferred          # no automatic rebalance: it stays where it moved
+    admin = cluster.admin()
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)]).result(timeout=30)
+    assert result[TopicPartition(topic_name, 0)] is None
+    deadline = time.monotonic() + 30
+    while cluster.leader(topic_name) != preferred:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)]).result(timeout=30)
+    assert again[TopicPartition(topic_name, 0)].code() == 84          # ELECTION_NOT_NEEDED
+
+
+def test_reassignment_moves_a_replica_and_keeps_the_data(cluster, topic_name):
+    """KIP-455: replicas [a, b] -> [b, c]: c catches up and joins the ISR, then a leaves (and deletes its copy);
+    consumers read every record throughout."""
+    from kafka import KafkaAdminClient, TopicPartition as KTP
+    admin = cluster.admin()
+    ids = sorted(cluster.brokers)
+    for f in admin.create_topics([NewTopic(topic_name, num_partitions=1, replica_assignment=[[ids[0], ids[1]]])]).values():
+        f.result(timeout=30)
+    cluster.wait_for_isr(topic_name, 2)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(500):
+        p.produce(topic_name, str(i).encode())
+    assert p.flush(30) == 0
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    result = kadmin.alter_partition_reassignments({KTP(topic_name, 0): [ids[1], ids[2]]})
+    assert result.get(KTP(topic_name, 0)) is None
+    deadline = time.monotonic() + 60
+    while True:
+        part = cluster.partition(topic_name)
+        if sorted(part.replicas) == [ids[1], ids[2]] and sorted(part.isrs) == [ids[1], ids[2]] and \
+                not kadmin.list_partition_reassignments():
+            break
+        assert time.monotonic() < deadline, f"reassignment did not complete: {part.replicas} {part.isrs}"
+        time.sleep(0.2)
+    kadmin.close()
+    assert part.leader in (ids[1], ids[2])
+    assert sorted(int(m.value()) for m in consume_all(cluster.bootstrap, topic_name, 500)) == list(range(500))
+    deadline = time.monotonic() + 30
+    while (cluster.brokers[ids[0]].data_dir / "logs" / f"{topic_name}-0").exists():
+        assert time.monotonic() < deadline, "the removed replica kept its log"
+        time.sleep(0.2)
