@@ -17,6 +17,7 @@ from broker.controller_channel import ControllerChannel, ControllerUnavailable
 from metadata.cluster_control import ClusterControl
 from metadata.controller import PRODUCER_ID_BLOCK, LocalController
 from metadata.object_store_controller import ObjectStoreController
+from protocol.client import BrokerConnection
 from protocol.errors import ErrorCode
 from replication.alter_partition_manager import AlterPartitionManager
 from replication.replica_fetcher import FetchSettings, ReplicaFetcherManager
@@ -102,7 +103,8 @@ class Broker:
         self.remote_log_manager = None
         if config.get_bool("remote.log.storage.system.enable"):
             from storage.tiered.remote_log_manager import RemoteLogManager
-            self.remote_log_manager = RemoteLogManager(config, self.replicas, InternalTopics(self.replicas),
+            internal = InternalTopics(self.replicas, self._produce_to_leader if self.cluster_mode else None)
+            self.remote_log_manager = RemoteLogManager(config, self.replicas, internal,
                                                        registry=self.metrics_registry)
             self.replicas.remote_log_manager = self.remote_log_manager
         self.groups = GroupCoordinator(config, replicas=self.replicas)
@@ -111,6 +113,18 @@ class Broker:
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._starting: asyncio.Task | None = None
+        self._peer_connections: dict[int, BrokerConnection] = {}
+
+    async def _produce_to_leader(self, leader_id: int, topic: str, partition: int, batch: bytes) -> int:
+        """One batch to the leader of an internal topic's partition (acks=all); the partition's error code."""
+        conn = self._peer_connections.get(leader_id)
+        endpoint = self._endpoint_of(leader_id)
+        if conn is None or (conn.host, conn.port) != endpoint:
+            conn = self._peer_connections[leader_id] = BrokerConnection(*endpoint,
+                                                                        client_id=f"strata-broker-{self.node_id}")
+        resp = await conn.send(0, 8, {"transactional_id": None, "acks": -1, "timeout": 30000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+        return int(resp.responses[0].partition_responses[0].error_code)
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int]:
         reg = self.topics.image.brokers.get(broker_id)
@@ -254,6 +268,8 @@ class Broker:
         if self.cluster_mode:
             await self.controller.stop()
             self.controller_channel.close()
+            for conn in self._peer_connections.values():
+                conn.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

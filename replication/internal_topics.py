@@ -4,7 +4,10 @@ group coordinator, the remote log metadata manager) never hold a log. It satisfi
 protocol."""
 from __future__ import annotations
 
-from typing import Iterator
+import asyncio
+import logging
+from collections import deque
+from typing import Awaitable, Callable, Iterator
 
 from protocol.record_batch import split_and_validate
 from protocol.records import Record, records_from
@@ -18,9 +21,17 @@ class InternalTopicError(OSError):
         self.error_code = error_code
 
 
+log = logging.getLogger("strata.internal_topics")
+
+
 class InternalTopics:
-    def __init__(self, replicas):
+    def __init__(self, replicas, send: Callable[[int, str, int, bytes], Awaitable[int]] | None = None):
+        """`send(leader_id, topic, partition, batch)` produces a batch to another broker (acks=all) and returns
+        the error code; in a cluster it carries `publish` batches to partitions led elsewhere."""
         self.replicas = replicas
+        self.send = send
+        self._outbox: deque[tuple[str, int, bytes]] = deque()
+        self._sender: asyncio.Task | None = None
 
     def ensure(self, name: str, partitions: int, configs: dict[str, str]) -> int:
         """Create the topic on first use; returns its partition count (an existing topic keeps its own)."""
@@ -40,6 +51,39 @@ class InternalTopics:
             raise InternalTopicError(result.error_code, f"append to {name}-{partition} failed with error "
                                                         f"{result.error_code}: {result.error_message}")
         return result.base_offset
+
+    def publish(self, name: str, partition: int, batch: bytes) -> None:
+        """Append a batch wherever the partition's leader is (Kafka's RLMM writes `__remote_log_metadata` with a
+        producer): here when this broker leads it, else queued and produced to the leader in order, retried until
+        it is in. The caller has applied the event to its own view already."""
+        part = self.replicas.get(name, partition)
+        if not self._outbox and (self.send is None or (part is not None and part.is_leader)):
+            self.append(name, partition, batch)
+            return
+        self._outbox.append((name, partition, batch))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._deliver())
+
+    async def _deliver(self) -> None:
+        while self._outbox:
+            name, partition, batch = self._outbox[0]
+            try:
+                part = self.replicas.get(name, partition)
+                if part is not None and part.is_leader:
+                    self.append(name, partition, batch)
+                    err = 0
+                else:
+                    info = self.replicas.topics.get(name)
+                    state = info.partition(partition) if info is not None else None
+                    err = await self.send(state.leader, name, partition, batch) if state and state.leader >= 0 \
+                        else -1
+            except Exception as e:
+                log.warning("publishing to %s-%d failed: %s", name, partition, e)
+                err = -1
+            if err:
+                await asyncio.sleep(0.5)
+                continue
+            self._outbox.popleft()
 
     def read(self, name: str, partition: int, chunk_bytes: int = 1 << 20) -> Iterator[list[Record]]:
         """Every record from the log start to the log end, a list per read of about `chunk_bytes`; a log

@@ -381,9 +381,11 @@ class Partition:
             log.info("%s-%d truncated to offset %d", self.topic, self.index, offset)
         return removed
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Our whole log is below the leader's log start: drop it and continue at `offset`."""
-        self.log.truncate_fully_and_start_at(offset)
+    def restart_at(self, offset: int, log_start: int | None = None, epochs=()) -> None:
+        """Our whole log is below the leader's (local) log start: drop it and continue at `offset`."""
+        self.log.restart_at(offset, log_start, epochs)
+        log.info("%s-%d restarts at offset %d (log start %d)", self.topic, self.index, offset,
+                 self.log.log_start_offset)
 
     def last_offset_for_leader_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (largest epoch <= `epoch`, its end offset), (-1, -1) when unknown."""

@@ -19,6 +19,7 @@ from protocol.errors import ApiError, ErrorCode
 log = logging.getLogger("strata.replica_fetcher")
 
 FETCH, FETCH_VERSION = 1, 12
+LIST_OFFSETS, EARLIEST_LOCAL = 2, -4
 _RETRY_ON_METADATA = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                       ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
 
@@ -118,7 +119,7 @@ class ReplicaFetcher:
             body, parts = self._request(now)
             if body is None:
                 self._wake.clear()
-                waits = [nb - now for nb in self.partitions.values() if nb > now]
+                waits = [nb - now for nb in self.partitions.values() if now < nb < float("inf")]
                 try:
                     await asyncio.wait_for(self._wake.wait(), min(waits) if waits else None)
                 except asyncio.TimeoutError:
@@ -167,7 +168,10 @@ class ReplicaFetcher:
             elif err == ErrorCode.offset_out_of_range and p.log_start_offset > part.log_end_offset:
                 log.info("%s-%d: leader %d's log starts at %d, above our end %d: starting there", topic,
                          p.partition_index, self.leader_id, p.log_start_offset, part.log_end_offset)
-                part.truncate_fully_and_start_at(p.log_start_offset)
+                part.restart_at(p.log_start_offset)
+            elif err == ErrorCode.offset_moved_to_tiered_storage and part.remote is not None:
+                self.partitions[key] = float("inf")              # until the leader's local start is known
+                asyncio.get_running_loop().create_task(self._start_from_remote(part, key, p.log_start_offset))
             else:
                 if err not in _RETRY_ON_METADATA:
                     log.warning("%s-%d: fetch from leader %d failed with error %d", topic, p.partition_index,
@@ -176,6 +180,31 @@ class ReplicaFetcher:
         except ApiError as e:
             log.warning("%s-%d: records from leader %d refused: %s", topic, p.partition_index, self.leader_id, e)
             self.partitions[key] = time.monotonic() + self.settings.backoff_ms / 1000
+
+
+    async def _start_from_remote(self, part, key, leader_log_start: int) -> None:
+        """OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): what we need lives only in the remote tier; ask the leader
+        for its local log start (ListOffsets EARLIEST_LOCAL), take the epoch history from the remote segment
+        below it, and start fetching there."""
+        try:
+            resp = await self.conn.send(LIST_OFFSETS, 8, {
+                "replica_id": self.settings.node_id, "isolation_level": 0, "topics": [{"name": part.topic,
+                "partitions": [{"partition_index": part.index, "current_leader_epoch": part.leader_epoch,
+                                "timestamp": EARLIEST_LOCAL}]}]})
+            res = resp.topics[0].partitions[0]
+            if res.error_code:
+                raise ApiError(int(res.error_code), "ListOffsets EARLIEST_LOCAL failed")
+            epochs = part.remote.follower_start_state(part.topic, part.index, res.offset)
+            part.restart_at(res.offset, leader_log_start, epochs)
+            log.info("%s-%d: built from the remote tier, fetching from the leader's local log start %d", part.topic,
+                     part.index, res.offset)
+            delay = 0.0
+        except Exception as e:
+            log.warning("%s-%d: starting from the remote tier failed: %s", part.topic, part.index, e)
+            delay = self.settings.backoff_ms / 1000
+        if key in self.partitions:
+            self.partitions[key] = time.monotonic() + delay
+            self._wake.set()
 
 
 class ReplicaFetcherManager:

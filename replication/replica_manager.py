@@ -104,10 +104,14 @@ class ReplicaManager:
                 part.make_leader(state, time.monotonic())
                 if state.leader_epoch:
                     log.info("%s-%d: leader at epoch %d, ISR %s", topic, index, state.leader_epoch, state.isr)
+                if self.remote_log_manager is not None:
+                    self.remote_log_manager.on_leadership_change(topic, index, True)
             else:
                 part.update_isr_state(state)
         elif fresh or part.is_leader or state.leader != part.leader_id or state.leader_epoch != part.leader_epoch:
             part.make_follower(state)
+            if self.remote_log_manager is not None:
+                self.remote_log_manager.on_leadership_change(topic, index, False)
             if self.fetchers is not None:
                 self.fetchers.follow(topic, index, state.leader)
             log.info("%s-%d: follower of %d at epoch %d", topic, index, state.leader, state.leader_epoch)

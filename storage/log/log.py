@@ -201,6 +201,18 @@ class Log:
         self.producer_state.delete_snapshots_after(-1)
         self.producer_state.producers = {}
 
+    def restart_at(self, offset: int, log_start: int | None = None, epochs=()) -> None:
+        """A follower whose log is all below the leader's (local) log start starts over there (Kafka's
+        truncateFullyAndStartAt). For a tiered log (KIP-405) the log start can stay lower, `log_start`: the
+        offsets between live in the remote tier; `epochs` ((epoch, start offset) from the remote segment below
+        `offset`) rebuild the leader-epoch history so the follower can take part in KIP-101 truncation."""
+        self.truncate_fully_and_start_at(offset)
+        for epoch, start in epochs:
+            if start < offset:
+                self.leader_epoch_cache.assign(epoch, start)
+        start = offset if log_start is None or not self.remote_log_enabled else min(log_start, offset)
+        self._set_log_start_offset(start)
+
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment.create(self.dir, base_offset, min(self.config.segment_index_bytes, INT32_MAX),
                                  self.config.index_interval_bytes)

@@ -262,6 +262,37 @@ class RemoteLogManager(RemoteLogReader):
     def on_topic_created(self, info) -> None:
         self.sync_partitions()
 
+    def follower_start_state(self, topic: str, p: int, local_start: int) -> tuple[tuple[int, int], ...]:
+        """KIP-405's follower path (Kafka's buildRemoteLogAuxState): a follower that must start at the leader's local
+        log start takes the leader-epoch history below it from the remote segment that ends there."""
+        tip = self.tip_of(topic, p)
+        if tip is None:
+            return ()
+        self.rlmm.reload(tip)
+        below = [s for s in self.rlmm.list_remote_log_segments(tip)
+                 if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset < local_start <= s.end_offset + 1]
+        return max(below, key=lambda s: s.end_offset).segment_leader_epochs if below else ()
+
+    def on_leadership_change(self, topic: str, p: int, leader: bool) -> None:
+        """Only leaders copy and expire (Kafka's RLM tasks follow leadership): a new leader reloads what the
+        partition has in the remote tier and continues after its highest tiered offset; a former leader stops."""
+        if not self._started:
+            return
+        if not leader:
+            t = self.tasks.pop((topic, p), None)
+            if t is not None:
+                t.stopped = True
+                t.wake.set()
+            return
+        tip = self.tip_of(topic, p)
+        lg = self.logs.leader_log(topic, p)
+        if tip is None or lg is None or not self.is_tiered(topic, lg.config):
+            return
+        self.rlmm.reload(tip)
+        if lg.remote_log_enabled:
+            self._init_partition(topic, p)
+        self.sync_partitions()
+
     def on_config_changed(self, info) -> None:
         for p in range(info.partitions):
             t = self.tasks.get((info.name, p))

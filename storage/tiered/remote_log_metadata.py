@@ -423,6 +423,8 @@ class InternalTopic(Protocol):
 
     def append(self, name: str, partition: int, batch: bytes) -> int: ...
 
+    def publish(self, name: str, partition: int, batch: bytes) -> None: ...
+
     def read(self, name: str, partition: int, chunk_bytes: int = ...) -> Iterator[list]: ...
 
 
@@ -459,25 +461,42 @@ class TopicBasedRemoteLogMetadataManager:
         t0 = time.monotonic()
         n = bad = 0
         for p in range(self.num_partitions):
-            values = (bytes(r.value) for chunk in self.internal.read(REMOTE_LOG_METADATA_TOPIC, p)
-                      for r in chunk if r.value is not None)
-            for value in values:
-                try:
-                    self._apply(deserialize(value))
-                    n += 1
-                except (ValueError, KeyError) as e:
-                    bad += 1
-                    log.error("skipping remote log metadata event in %s-%d: %s", REMOTE_LOG_METADATA_TOPIC, p, e)
+            done, skipped = self._replay(p)
+            n, bad = n + done, bad + skipped
         self.events_loaded = n
         log.info("remote log metadata: replayed %d event(s) (%d skipped) for %d partition(s) in %.2fs", n, bad,
                  len(self.caches), time.monotonic() - t0)
+
+    def _replay(self, p: int, only: TopicIdPartition | None = None) -> tuple[int, int]:
+        n = bad = 0
+        values = (bytes(r.value) for chunk in self.internal.read(REMOTE_LOG_METADATA_TOPIC, p)
+                  for r in chunk if r.value is not None)
+        for value in values:
+            try:
+                ev = deserialize(value)
+                if only is not None and (ev.tip if hasattr(ev, "tip") else ev.segment_id.tip) != only:
+                    continue
+                self._apply(ev)
+                n += 1
+            except (ValueError, KeyError) as e:
+                bad += 1
+                log.error("skipping remote log metadata event in %s-%d: %s", REMOTE_LOG_METADATA_TOPIC, p, e)
+        return n, bad
+
+    def reload(self, tip: TopicIdPartition) -> None:
+        """Rebuild one partition's view from this broker's replica of its metadata partition: a broker that
+        becomes leader learns what the previous leader tiered (Kafka's RLMM follows the topic continuously)."""
+        self.caches.pop(tip, None)
+        self.partition_deletes.pop(tip, None)
+        n, _ = self._replay(metadata_partition(tip, self.num_partitions), tip)
+        log.info("remote log metadata of %s reloaded: %d event(s)", tip, n)
 
     # ---- writes ----
     def _publish(self, tip: TopicIdPartition, event) -> None:
         from protocol.record_batch import build_batch
         p = metadata_partition(tip, self.num_partitions)
-        self.internal.append(REMOTE_LOG_METADATA_TOPIC, p,
-                             build_batch([(None, serialize(event))], timestamp_ms=self._time_ms()))
+        self.internal.publish(REMOTE_LOG_METADATA_TOPIC, p,
+                              build_batch([(None, serialize(event))], timestamp_ms=self._time_ms()))
 
     def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
         if md.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
