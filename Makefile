@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 CONFIG ?= deploy/server.properties
 
-.PHONY: run test test-fast bench clean kcat
+.PHONY: run cluster test test-fast bench clean kcat
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ $(VENV)/.test-installed: $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(VENV)/bin/strata broker --config $(CONFIG)
+
+# Three brokers (node ids 1-3 on 9092-9094, metrics 9101-9103) from deploy/cluster/broker-N.properties, data in
+# ./data/cluster; Ctrl-C stops them. A broker that dies is not restarted (docs/operations.md).
+cluster: $(VENV)/.installed
+	$(PY) deploy/cluster/run_cluster.py
 
 kcat:
 	@command -v kcat >/dev/null 2>&1 || { \

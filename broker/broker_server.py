@@ -254,6 +254,10 @@ class Broker:
             self._starting.cancel()
         if self.lifecycle is not None:
             await self.lifecycle.stop(controlled=True)
+        if self.cluster_mode:                 # no more metadata (and so no new fetchers) from here on
+            if self.cluster_control is not None:
+                await self.cluster_control.stop()
+            await self.controller.stop()
         if self.replicas.fetchers is not None:
             await self.replicas.fetchers.shutdown()
         self.groups.stop()
@@ -263,10 +267,7 @@ class Broker:
             conn.transport.close()
         if self.remote_log_manager is not None:
             await self.remote_log_manager.stop()
-        if self.cluster_control is not None:
-            await self.cluster_control.stop()
         if self.cluster_mode:
-            await self.controller.stop()
             self.controller_channel.close()
             for conn in self._peer_connections.values():
                 conn.close()

@@ -214,8 +214,11 @@ class ReplicaFetcherManager:
         self.settings, self.replicas, self.endpoint_of = settings, replicas, endpoint_of
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[tuple[str, int], int] = {}
+        self._closed = False
 
     def follow(self, topic: str, index: int, leader_id: int) -> None:
+        if self._closed:
+            return
         old = self._leader_of.get((topic, index))
         if old is not None and old != leader_id:
             self.unfollow(topic, index)
@@ -242,6 +245,7 @@ class ReplicaFetcherManager:
             fetcher.remove(topic, index)
 
     async def shutdown(self) -> None:
+        self._closed = True
         for f in list(self.fetchers.values()):
             await f.stop()
         self.fetchers.clear()

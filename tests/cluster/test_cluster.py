@@ -354,3 +354,43 @@ def test_reassignment_moves_a_replica_and_keeps_the_data(cluster, topic_name):
     while (cluster.brokers[ids[0]].data_dir / "logs" / f"{topic_name}-0").exists():
         assert time.monotonic() < deadline, "the removed replica kept its log"
         time.sleep(0.2)
+
+
+def test_controller_killed_during_topic_creation(cluster, topic_name):
+    """Creations in flight when the controller dies are all or nothing: a topic either exists with every partition
+    placed and led, or not at all and can be created again on the new controller."""
+    from confluent_kafka.admin import AdminClient
+    controller = cluster.admin().list_topics(timeout=10).controller_id
+    via = next(b for i, b in cluster.brokers.items() if i != controller)
+    admin = AdminClient({"bootstrap.servers": via.bootstrap})
+    names = [f"{topic_name}-{i}" for i in range(5)]
+    futures = admin.create_topics([NewTopic(n, 3, 3) for n in names], request_timeout=60)
+    cluster.brokers[controller].kill9()
+    for f in futures.values():
+        try:
+            f.result(timeout=90)
+        except Exception:
+            pass                                         # refused or cut off: what counts is what exists
+    deadline = time.monotonic() + 60
+    while cluster.admin().list_topics(timeout=10).controller_id in (-1, controller):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    admin = cluster.admin()
+    existing = admin.list_topics(timeout=10).topics
+    for n in names:
+        if n in existing:
+            parts = existing[n].partitions
+            assert sorted(parts) == [0, 1, 2] and all(len(p.replicas) == 3 for p in parts.values())
+    cluster.brokers[controller].start()                  # RF=3 needs the third broker back
+    cluster.wait_for_brokers(3)
+    for n in names:
+        if n not in existing:
+            for f in admin.create_topics([NewTopic(n, 3, 3)]).values():
+                f.result(timeout=30)
+        for i in range(3):
+            cluster.wait_for_isr(n, 3, i)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for n in names:
+        for i in range(3):
+            p.produce(n, b"x", partition=i)
+    assert p.flush(60) == 0
