@@ -12,8 +12,9 @@ which fences the whole batch by the controller epoch. Rules as in KRaft:
   bumped. If no such replica exists the partition goes offline (leader -1) and keeps its last ISR member, so that
   only that replica (which has every acknowledged record) can lead again: no unclean election.
 - An unfenced broker leads the offline partitions whose ISR names it.
-- AlterPartition comes from the leader, at the current leader epoch and partition epoch, and may only name
-  unfenced replicas in the new ISR; each accepted change bumps the partition epoch.
+- AlterPartition comes from the leader (registered at its current broker epoch), at the current leader epoch and
+  partition epoch, and may only name unfenced replicas in the new ISR; each accepted change bumps the partition
+  epoch. The checks run in Kafka's order (validateAlterPartitionData).
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int, top
                     leader_epoch: int, partition_epoch: int, new_isr: list[int]) -> AlterPartitionResult:
     """Validate a leader's ISR change as Kafka's ReplicationControlManager.alterPartition does."""
     b = image.brokers.get(broker_id)
-    if b is None or (broker_epoch >= 0 and b.epoch != broker_epoch):
+    if b is None or b.epoch != broker_epoch:
         return AlterPartitionResult(ErrorCode.stale_broker_epoch)
     t = image.topics_by_id.get(topic_id)
     if t is None:
@@ -109,13 +110,17 @@ def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int, top
     p = t.partition(index)
     if p is None:
         return AlterPartitionResult(ErrorCode.unknown_topic_or_partition)
-    if p.leader != broker_id:
-        return AlterPartitionResult(ErrorCode.invalid_request, partition=p)
+    # Kafka's order: the leader epoch first (a deposed leader is fenced by it), then the sender, then the partition
+    # epoch; an epoch newer than ours means this controller is behind: NOT_CONTROLLER, the sender asks again.
     if leader_epoch > p.leader_epoch:
-        return AlterPartitionResult(ErrorCode.unknown_leader_epoch, partition=p)
+        return AlterPartitionResult(ErrorCode.not_controller, partition=p)
     if leader_epoch < p.leader_epoch:
         return AlterPartitionResult(ErrorCode.fenced_leader_epoch, partition=p)
-    if partition_epoch != p.partition_epoch:
+    if p.leader != broker_id:
+        return AlterPartitionResult(ErrorCode.invalid_request, partition=p)
+    if partition_epoch > p.partition_epoch:
+        return AlterPartitionResult(ErrorCode.not_controller, partition=p)
+    if partition_epoch < p.partition_epoch:
         return AlterPartitionResult(ErrorCode.invalid_update_version, partition=p)
     if broker_id not in new_isr or any(r not in p.replicas for r in new_isr):
         return AlterPartitionResult(ErrorCode.invalid_request, partition=p)

@@ -176,3 +176,24 @@ def string(s: str | None, flexible: bool) -> bytes:
 
 def array_len(n: int, flexible: bool) -> bytes:
     return uvarint(n + 1) if flexible else I32.pack(n)
+
+
+def tagged_fields(fields: dict[int, bytes]) -> bytes:
+    """A flexible version's tagged-field section: count, then (tag, size, data) in tag order."""
+    out = [uvarint(len(fields))]
+    for tag in sorted(fields):
+        out += [uvarint(tag), uvarint(len(fields[tag])), fields[tag]]
+    return b"".join(out)
+
+
+def leader_id_and_epoch(leader_id: int, leader_epoch: int) -> bytes:
+    """KIP-951's CurrentLeader (LeaderIdAndEpoch) as a tagged field's data."""
+    return I32.pack(leader_id) + I32.pack(leader_epoch) + b"\x00"
+
+
+def node_endpoints(nodes) -> bytes:
+    """KIP-951's NodeEndpoints: (node id, host, port, rack) of the leaders a response names, as a tagged field's data."""
+    out = [array_len(len(nodes), True)]
+    for node_id, host, port, rack in nodes:
+        out.append(I32.pack(node_id) + string(host, True) + I32.pack(port) + string(rack, True) + b"\x00")
+    return b"".join(out)

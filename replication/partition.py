@@ -133,7 +133,7 @@ class Partition:
         min.insync.replicas meanwhile, as Kafka's Partition.checkEnoughReplicasReachOffset answers."""
         if not self.is_leader:
             return ErrorCode.not_leader_or_follower
-        if len(self.isr) < self.log.config.min_insync_replicas:
+        if len(self.maximal_isr) < self.log.config.min_insync_replicas:
             return ErrorCode.not_enough_replicas_after_append
         return 0
 
@@ -205,7 +205,9 @@ class Partition:
         """Drop followers that have not caught up within replica.lag.time.max.ms (Kafka's maybeShrinkIsr)."""
         if not self.is_leader or self.pending_isr is not None:
             return
-        out = [r for r in self.isr if r != self.local_broker_id and now - self.last_caught_up.get(r, now) > lag_max]
+        leo = self.log.log_end_offset            # Kafka's Replica.isCaughtUp: at our log end, or caught up lately
+        out = [r for r in self.isr if r != self.local_broker_id and self.follower_end_offsets.get(r, -1) != leo
+               and now - self.last_caught_up.get(r, now) > lag_max]
         if out:
             log.info("%s-%d: shrinking the ISR %s: %s lagged more than %.1fs", self.topic, self.index, self.isr, out,
                      lag_max)

@@ -11,8 +11,9 @@ import time
 import uuid
 
 from broker.fetch_session import FetchSession, SessionPartition
+from broker.current_leader import current_leaders
 from protocol import kio_codec
-from protocol.wire import I16, I32, I64, array_len, string
+from protocol.wire import I16, I32, I64, array_len, leader_id_and_epoch, node_endpoints, string, tagged_fields
 from protocol.errors import ApiError, ErrorCode
 
 API_KEY = 1
@@ -102,9 +103,9 @@ def handle(broker, req):
 
     results, total = _read_all(wanted, max_bytes)
     if any(w.remote is not None for w in wanted):
-        return _remote_then_finish(version, sid, wanted, results, incremental, read_committed, by_id)
+        return _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
     if max_wait <= 0 or total >= min_bytes or any(w.error for w in wanted) or not wanted:
-        return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
+        return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
     return _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
                              max_wait, min_bytes, max_bytes)
 
@@ -121,13 +122,13 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
         _resolve(broker, wanted, by_id)  # a topic may have been deleted meanwhile
         results, total = _read_all(wanted, max_bytes)
         if any(w.remote is not None for w in wanted):
-            return await _remote_then_finish(version, sid, wanted, results, incremental, read_committed, by_id)
+            return await _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
         if total >= min_bytes or any(w.error for w in wanted):
             break
-    return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
+    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
 
 
-async def _remote_then_finish(version, sid, wanted, results, incremental, read_committed, by_id):
+async def _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id):
     """Kafka's DelayedRemoteFetch: answer when the remote reads are done or after remote.fetch.max.wait.ms; a read
     still running then yields no records and no error (the client fetches the same offset again and gets the
     read's result), a failed one UNKNOWN_SERVER_ERROR (what Kafka maps a RemoteStorageException to)."""
@@ -140,7 +141,7 @@ async def _remote_then_finish(version, sid, wanted, results, incremental, read_c
         w.remote = None
         views, w.error = w.part.remote_read_result(w.fetch_offset, task)
         results[i] = (views, sum(len(v) for v in views))      # replaces the budget reserved by _read_all
-    return _finish(version, sid, wanted, results, incremental, read_committed, by_id)
+    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
 
 
 def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool):
@@ -162,13 +163,13 @@ def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool)
     results, total = _read_follower(wanted, body.max_bytes)
     max_wait = body.max_wait.total_seconds()
     if max_wait <= 0 or total >= body.min_bytes or any(w.error or w.diverging for w in wanted) or not wanted:
-        return _finish(version, 0, wanted, results, False, False, by_id)
+        return _finish(broker, version, 0, wanted, results, False, False, by_id)
 
     async def wait():
         await broker.replicas.wait_for_data([w.part for w in wanted if w.part is not None], max_wait)
         _resolve(broker, wanted, by_id)
         results, _ = _read_follower(wanted, body.max_bytes)
-        return _finish(version, 0, wanted, results, False, False, by_id)
+        return _finish(broker, version, 0, wanted, results, False, False, by_id)
     return wait()
 
 
@@ -231,7 +232,7 @@ def _read_all(wanted: list[_Wanted], max_bytes: int):
     return results, total
 
 
-def _finish(version, sid, wanted, results, incremental, read_committed, by_id):
+def _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id):
     topics: list[tuple[object, list]] = []
     index: dict = {}
     for w, (views, size) in zip(wanted, results):
@@ -253,11 +254,15 @@ def _finish(version, sid, wanted, results, incremental, read_committed, by_id):
             index[tkey] = len(topics)
             topics.append((tkey, []))
         topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, views, size, w.diverging))
-    return _encode(version, 0, sid, topics, read_committed, by_id)
+    leaders = current_leaders(broker.topics.image, ((w.key[0], w.index, w.error) for w in wanted)) \
+        if version >= 12 and any(w.error for w in wanted) else None
+    return _encode(version, 0, sid, topics, read_committed, by_id, leaders)
 
 
-def _encode(version: int, error: int, session_id: int, topics, read_committed: bool = False, by_id: bool = False):
+def _encode(version: int, error: int, session_id: int, topics, read_committed: bool = False, by_id: bool = False,
+            leaders=None):
     flexible = version >= 12
+    current, endpoints = leaders or ({}, ())
     out = [I32.pack(0)]  # throttle_time_ms
     if version >= 7:
         out.append(I16.pack(error) + I32.pack(session_id))
@@ -269,6 +274,7 @@ def _encode(version: int, error: int, session_id: int, topics, read_committed: b
             out.append(string(tkey, flexible))
         out.append(array_len(len(parts), flexible))
         for index, err, hw, lso, log_start, views, size, diverging in parts:
+            leader = current.get((tkey, index))
             head = I32.pack(index) + I16.pack(err) + I64.pack(hw) + I64.pack(lso)
             if version >= 5:
                 head += I64.pack(log_start)
@@ -283,12 +289,14 @@ def _encode(version: int, error: int, session_id: int, topics, read_committed: b
             out.append(head)
             out.extend(views)
             if flexible:
-                if diverging is None:
-                    out.append(b"\x00")
-                else:       # tagged field 0: DivergingEpoch {epoch int32, end_offset int64, no tags}
-                    out.append(b"\x01\x00\x0d" + I32.pack(diverging[0]) + I64.pack(diverging[1]) + b"\x00")
+                tags = {}
+                if diverging is not None:    # DivergingEpoch {epoch int32, end_offset int64, no tags}
+                    tags[0] = I32.pack(diverging[0]) + I64.pack(diverging[1]) + b"\x00"
+                if leader is not None:       # CurrentLeader (KIP-595, KIP-951)
+                    tags[1] = leader_id_and_epoch(*leader)
+                out.append(tagged_fields(tags) if tags else b"\x00")
         if flexible:
             out.append(b"\x00")
-    if flexible:
-        out.append(b"\x00")
+    if flexible:                             # NodeEndpoints (tag 0, v16+): the leaders named above
+        out.append(tagged_fields({0: node_endpoints(endpoints)}) if endpoints and version >= 16 else b"\x00")
     return out

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 
+from broker.current_leader import current_leaders
 from protocol.record_batch import InvalidRecordError, split_and_validate
 from protocol.records import null_key_indexes, recompress_batch
-from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, read_array_len, read_bytes_view, read_i16, read_i32,
-                           read_string, skip_tagged_fields, string)
+from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, leader_id_and_epoch, node_endpoints,
+                           read_array_len, read_bytes_view, read_i16, read_i32, read_string, skip_tagged_fields, string,
+                           tagged_fields)
 from protocol.errors import ErrorCode
 
 API_KEY = 0
@@ -102,11 +104,11 @@ def handle(broker, req):
     if acks == 0:
         return None
     if delayed:
-        return _delayed_produce(version, flexible, out_topics, delayed, timeout_ms)
-    return encode_response(version, flexible, out_topics)
+        return _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms)
+    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics))
 
 
-async def _delayed_produce(version, flexible, out_topics, delayed, timeout_ms: int):
+async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms: int):
     """Kafka's DelayedProduce: answer acks=all when the high watermark passes every batch, REQUEST_TIMED_OUT for
     one that it did not pass within the request's timeout, NOT_LEADER_OR_FOLLOWER when leadership moved, and
     NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile."""
@@ -122,7 +124,14 @@ async def _delayed_produce(version, flexible, out_topics, delayed, timeout_ms: i
         if err:
             index, _, base_offset, append_time, log_start, _, record_errors = out_topics[ti][1][pi]
             out_topics[ti][1][pi] = (index, err, base_offset, append_time, log_start, None, record_errors)
-    return encode_response(version, flexible, out_topics)
+    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics))
+
+
+
+def _leaders(broker, version: int, topics):
+    if version < 10:
+        return None
+    return current_leaders(broker.topics.image, ((name, e[0], e[1]) for name, parts in topics for e in parts))
 
 
 _TARGET_CODEC = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # "producer": keep as sent
@@ -151,7 +160,8 @@ def _recompress(records, codec: int) -> bytearray:
         raise InvalidRecordError(ErrorCode.corrupt_message, f"cannot recompress batch: {e}") from None
 
 
-def encode_response(version: int, flexible: bool, topics) -> list[bytes]:
+def encode_response(version: int, flexible: bool, topics, leaders=None) -> list[bytes]:
+    current, endpoints = leaders or ({}, ())
     out = [array_len(len(topics), flexible)]
     for name, parts in topics:
         out.append(string(name, flexible))
@@ -168,11 +178,12 @@ def encode_response(version: int, flexible: bool, topics) -> list[bytes]:
                     out.append(I32.pack(batch_index) + string(why, flexible) + (b"\x00" if flexible else b""))
                 out.append(string(msg if err else None, flexible))   # error_message
             if flexible:
-                out.append(b"\x00")
+                leader = current.get((name, index))
+                out.append(tagged_fields({0: leader_id_and_epoch(*leader)}) if leader else b"\x00")
         if flexible:
             out.append(b"\x00")
     if version >= 1:
         out.append(I32.pack(0))  # throttle_time_ms
     if flexible:
-        out.append(b"\x00")
+        out.append(tagged_fields({0: node_endpoints(endpoints)}) if endpoints else b"\x00")
     return [b"".join(out)]       # one chunk: a response for 1,000 partitions was thousands of tiny writes

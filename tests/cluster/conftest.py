@@ -23,15 +23,19 @@ CLUSTER_OVERRIDES = {
 
 
 class Cluster:
-    def __init__(self, root: Path, size: int, store_url: str | None = None, overrides: dict | None = None):
+    def __init__(self, root: Path, size: int, store_url: str | None = None, overrides: dict | None = None,
+                 store_options: dict | None = None):
         self.root = root
         self.store_url = store_url or f"file://{root / 'store'}"
+        self.store_options = store_options or {}
         ports = [free_port() for _ in range(size)]
         self.brokers: dict[int, BrokerProcess] = {}
         for i, port in enumerate(ports, start=1):
             b = BrokerProcess(root / f"broker-{i}", {
                 "node.id": str(i), "broker.rack": "abc"[(i - 1) % 3],
-                "metadata.log.storage.url": self.store_url, **CLUSTER_OVERRIDES, **(overrides or {})})
+                "metadata.log.storage.url": self.store_url, **CLUSTER_OVERRIDES,
+                **{"metadata.log.storage." + k.replace("_", "."): str(v) for k, v in self.store_options.items()},
+                **(overrides or {})})
             b.port = port
             b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
             self.brokers[i] = b
@@ -92,9 +96,17 @@ class Cluster:
         return "\n".join(f"--- broker {i}\n{b.log_text()[-4000:]}" for i, b in self.brokers.items())
 
 
+def stop_and_check(c: Cluster) -> None:
+    """Stop every broker; none may have logged a traceback (an unexpected exception anywhere)."""
+    c.stop()
+    print(c.logs())              # shown with a failing test's output
+    for i, b in c.brokers.items():
+        text = b.log_text()
+        assert "Traceback" not in text, f"broker {i}:\n" + text[max(0, text.index("Traceback") - 500):][:5000]
+
+
 @pytest.fixture
 def cluster(tmp_path):
     c = Cluster(tmp_path, 3).start()
     yield c
-    c.stop()
-    print(c.logs())              # shown with a failing test's output
+    stop_and_check(c)

@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
 
+from moto_server import moto_server  # noqa: F401  (fixture)
 from tests.integration.helpers import records
 
 
@@ -394,3 +395,57 @@ def test_controller_killed_during_topic_creation(cluster, topic_name):
         for i in range(3):
             p.produce(n, b"x", partition=i)
     assert p.flush(60) == 0
+
+
+@pytest.mark.s3
+def test_cluster_with_its_metadata_log_on_s3(tmp_path, moto_server, topic_name):
+    """The same cluster with the metadata log, lease and cluster id in S3 (moto, If-None-Match/If-Match): leaders
+    and the controller fail over without losing an acknowledged record or a metadata change."""
+    from tests.cluster.conftest import Cluster, stop_and_check
+    c = Cluster(tmp_path, 3, store_url=f"s3://{moto_server.new_bucket()}/cluster",
+                store_options=moto_server.store_options(max_attempts=3, retry_base_delay=0.05, connect_timeout=1,
+                                                        read_timeout=2)).start()
+    try:
+        kill_leaders(c, topic_name, rounds=1)
+        controller = c.admin().list_topics(timeout=10).controller_id
+        c.brokers[controller].kill9()
+        deadline = time.monotonic() + 60
+        while c.admin().list_topics(timeout=10).controller_id in (-1, controller):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        create(c, topic_name + "-after", rf=2)
+        c.brokers[controller].start()
+        c.wait_for_isr(topic_name, 3)
+    finally:
+        stop_and_check(c)
+
+
+def test_not_leader_answers_name_the_current_leader(cluster, topic_name):
+    """KIP-951: Produce v10+ and Fetch v16 answered NOT_LEADER_OR_FOLLOWER by a follower carry the leader, its
+    epoch and its endpoint (decoded here with kio, the way clients read them)."""
+    from protocol.record_batch import build_batch
+    from tests.integration.rawclient import RawClient
+    create(cluster, topic_name)
+    part = cluster.partition(topic_name)
+    follower = next(i for i in part.replicas if i != part.leader)
+    leader = cluster.brokers[part.leader]
+    with RawClient(cluster.brokers[follower].bootstrap) as raw:
+        resp = raw.request(0, 11, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
+            {"name": topic_name, "partition_data": [{"index": 0, "records": build_batch([(None, b"v")])}]}]})
+        p = resp.responses[0].partition_responses[0]
+        assert p.error_code == 6                                          # NOT_LEADER_OR_FOLLOWER
+        assert p.current_leader.leader_id == part.leader and p.current_leader.leader_epoch >= 0
+        [node] = resp.node_endpoints
+        assert (node.node_id, node.host, node.port) == (part.leader, "127.0.0.1", leader.port)
+        md = raw.request(3, 12, {"topics": [{"topic_id": None, "name": topic_name}],
+                                 "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        tid = md.topics[0].topic_id
+        resp = raw.request(1, 16, {"max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                                   "session_id": 0, "session_epoch": -1, "topics": [{"topic_id": tid, "partitions": [
+                                       {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                        "last_fetched_epoch": -1, "log_start_offset": -1,
+                                        "partition_max_bytes": 1 << 20}]}],
+                                   "forgotten_topics_data": [], "rack_id": ""})
+        p = resp.responses[0].partitions[0]
+        assert p.error_code == 6 and p.current_leader.leader_id == part.leader
+        assert [n.node_id for n in resp.node_endpoints] == [part.leader]

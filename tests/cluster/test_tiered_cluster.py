@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, stop_and_check
 from tests.cluster.test_cluster import consume_all
 
 SEGMENT_BYTES = 4096
@@ -23,8 +23,7 @@ def tiered_cluster(tmp_path):
         "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
         "remote.log.metadata.topic.num.partitions": "3"}).start()
     yield c
-    c.stop()
-    print(c.logs())
+    stop_and_check(c)
 
 
 def tiered_end(cluster, topic: str) -> int:
