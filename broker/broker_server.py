@@ -230,7 +230,7 @@ class Broker:
             from storage.tiered.remote_log_metadata import REMOTE_LOG_METADATA_TOPIC
             rlmm = self.remote_log_manager.rlmm
             await self.ensure_internal_topic(REMOTE_LOG_METADATA_TOPIC, rlmm.num_partitions, rlmm.topic_configs(),
-                                             offsets_rf)
+                                             self.config.get_int("remote.log.metadata.topic.replication.factor"))
         self._start_internal_users()
         log.info("broker %d joined the cluster", self.node_id)
 

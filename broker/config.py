@@ -61,6 +61,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "replica.socket.timeout.ms": "30000",
     "offsets.topic.replication.factor": "3",
     "offsets.commit.timeout.ms": "5000",
+    "remote.log.metadata.topic.replication.factor": "3",
     **CLEANER_DEFAULTS,              # log.cleaner.*: the cleaner's own defaults, one list
 }
 

@@ -53,6 +53,14 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
     return out
 
 
+def default_replication_factor(broker) -> int:
+    """default.replication.factor when set; unset, sized to the cluster: 3 with three or more unfenced brokers,
+    else all of them (1 on a single broker, Kafka's default)."""
+    if "default.replication.factor" in broker.config.props or not getattr(broker, "cluster_mode", False):
+        return broker.config.get_int("default.replication.factor")
+    return max(1, min(3, len(usable_brokers(broker))))
+
+
 def check_create(broker, name: str, num_partitions: int, replication_factor: int,
                  assignments=(), configs: dict | None = None) -> tuple[list[list[int]], dict[str, str]]:
     """Validate a topic creation; returns (replica assignment, normalized configs) or raises AdminError."""
@@ -73,7 +81,7 @@ def check_create(broker, name: str, num_partitions: int, replication_factor: int
         if num_partitions == -1:
             num_partitions = broker.config.get_int("num.partitions")
         if replication_factor == -1:
-            replication_factor = broker.config.get_int("default.replication.factor")
+            replication_factor = default_replication_factor(broker)
         if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
             raise AdminError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive "
                              "value." if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds "

@@ -85,13 +85,13 @@ class InternalTopics:
                 continue
             self._outbox.popleft()
 
-    def read(self, name: str, partition: int, chunk_bytes: int = 1 << 20) -> Iterator[list[Record]]:
-        """Every record from the log start to the log end, a list per read of about `chunk_bytes`; a log
+    def read(self, name: str, partition: int, chunk_bytes: int = 1 << 20, start: int = 0) -> Iterator[list[Record]]:
+        """Every record from the log start (or `start`, if later) to the log end, a list per read of about `chunk_bytes`; a log
         start that moves meanwhile (retention, the cleaner) is followed. Control batches are skipped."""
         part = self.replicas.get(name, partition)
         if part is None:
             return
-        offset = part.log_start_offset
+        offset = max(part.log_start_offset, start)
         while offset < part.log_end_offset:      # to the log end, as Kafka's loaders: a new leader's HW may lag
             try:
                 views, _ = part.read(offset, chunk_bytes, min_one_message=True, fetch_only_committed=False)

@@ -187,6 +187,10 @@ class ReplicaManager:
         """(topic, partition, log) of every partition this broker leads."""
         return [(t, p, part.log) for (t, p), part in list(self.partitions.items()) if part.is_leader]
 
+    def follower_logs(self) -> Iterable[tuple[str, int, Log]]:
+        """(topic, partition, log) of every partition this broker follows."""
+        return [(t, p, part.log) for (t, p), part in list(self.partitions.items()) if not part.is_leader]
+
     def leader_log(self, topic: str, partition: int) -> Log | None:
         part = self.partitions.get((topic, partition))
         return part.log if part is not None and part.is_leader else None

@@ -32,7 +32,7 @@ from storage.log.log import Log
 from storage.objectstore.object_store import open_object_store
 from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, RemotePartitionDeleteState,
-    InternalTopic, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
+    REMOTE_LOG_METADATA_TOPIC, InternalTopic, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
 )
 from storage.tiered.remote_log_reader import RemoteLogReader, _LruFutures
 from storage.tiered.remote_storage_manager import LogSegmentData, RemoteStorageManager
@@ -102,6 +102,8 @@ class LeaderLogs(Protocol):
     def leader_logs(self) -> Iterable[tuple[str, int, Log]]: ...
 
     def leader_log(self, topic: str, partition: int) -> Log | None: ...
+
+    def follower_logs(self) -> Iterable[tuple[str, int, Log]]: ...
 
     def topic_id(self, topic: str) -> uuid.UUID | None: ...
 
@@ -177,6 +179,22 @@ class RemoteLogManager(RemoteLogReader):
         for tip in self.rlmm.pending_partition_deletes():
             self._spawn(self._delete_partition(tip, None))
         self.sync_partitions()
+        self._spawn(self._follow_remote_metadata())
+
+    async def _follow_remote_metadata(self) -> None:
+        """Every task interval: take the events other brokers' leaders wrote, and let follower replicas of tiered
+        partitions drop local segments the remote tier holds (their local retention, as on the leader)."""
+        while self._running:
+            await asyncio.sleep(self.task_interval)
+            try:
+                if self.rlmm.catch_up():
+                    for topic, p, lg in self.logs.follower_logs():
+                        tip = self.tip_of(topic, p)
+                        if tip is not None and lg.remote_log_enabled:
+                            lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage,
+                                                                      self.find_highest_remote_offset(tip, lg))
+            except Exception:
+                log.exception("following %s failed", REMOTE_LOG_METADATA_TOPIC)
 
     async def stop(self) -> None:
         self._running = False

@@ -425,7 +425,7 @@ class InternalTopic(Protocol):
 
     def publish(self, name: str, partition: int, batch: bytes) -> None: ...
 
-    def read(self, name: str, partition: int, chunk_bytes: int = ...) -> Iterator[list]: ...
+    def read(self, name: str, partition: int, chunk_bytes: int = ..., start: int = ...) -> Iterator[list]: ...
 
 
 class TopicBasedRemoteLogMetadataManager:
@@ -443,6 +443,7 @@ class TopicBasedRemoteLogMetadataManager:
         self.retention_ms = retention_ms
         self._time_ms = time_ms
         self.caches: dict[TopicIdPartition, RemoteLogMetadataCache] = {}
+        self._next: dict[int, int] = {}           # metadata partition -> next offset to read (catch_up)
         self.partition_deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
         self.events_loaded = 0
 
@@ -467,21 +468,38 @@ class TopicBasedRemoteLogMetadataManager:
         log.info("remote log metadata: replayed %d event(s) (%d skipped) for %d partition(s) in %.2fs", n, bad,
                  len(self.caches), time.monotonic() - t0)
 
-    def _replay(self, p: int, only: TopicIdPartition | None = None) -> tuple[int, int]:
+    def _replay(self, p: int, only: TopicIdPartition | None = None, start: int = 0,
+                skip_own: bool = False) -> tuple[int, int]:
         n = bad = 0
-        values = (bytes(r.value) for chunk in self.internal.read(REMOTE_LOG_METADATA_TOPIC, p)
-                  for r in chunk if r.value is not None)
-        for value in values:
-            try:
-                ev = deserialize(value)
-                if only is not None and (ev.tip if hasattr(ev, "tip") else ev.segment_id.tip) != only:
+        nxt = start
+        for chunk in self.internal.read(REMOTE_LOG_METADATA_TOPIC, p, start=start):
+            for r in chunk:
+                nxt = r.offset + 1
+                if r.value is None:
                     continue
-                self._apply(ev)
-                n += 1
-            except (ValueError, KeyError) as e:
-                bad += 1
-                log.error("skipping remote log metadata event in %s-%d: %s", REMOTE_LOG_METADATA_TOPIC, p, e)
+                try:
+                    ev = deserialize(bytes(r.value))
+                    if only is not None and (ev.tip if hasattr(ev, "tip") else ev.segment_id.tip) != only:
+                        continue
+                    if skip_own and ev.broker_id == self.broker_id:
+                        continue                  # this broker applied its own events when it wrote them
+                    self._apply(ev)
+                    n += 1
+                except (ValueError, KeyError) as e:
+                    bad += 1
+                    log.error("skipping remote log metadata event in %s-%d: %s", REMOTE_LOG_METADATA_TOPIC, p, e)
+        if only is None:
+            self._next[p] = max(self._next.get(p, 0), nxt)
         return n, bad
+
+    def catch_up(self) -> int:
+        """Apply the events other brokers wrote since the last read of this broker's replicas of the metadata
+        partitions (Kafka's RLMM consumes the topic continuously); returns how many."""
+        n = 0
+        for p in range(self.num_partitions):
+            done, _ = self._replay(p, start=self._next.get(p, 0), skip_own=True)
+            n += done
+        return n
 
     def reload(self, tip: TopicIdPartition) -> None:
         """Rebuild one partition's view from this broker's replica of its metadata partition: a broker that

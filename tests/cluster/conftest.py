@@ -15,7 +15,6 @@ CLUSTER_OVERRIDES = {
     "broker.heartbeat.interval.ms": "500",
     "controller.quorum.fetch.timeout.ms": "2000",
     "replica.lag.time.max.ms": "5000",
-    "default.replication.factor": "3",
     "offsets.topic.replication.factor": "3",
     "offsets.topic.num.partitions": "3",
     "num.partitions": "1",

@@ -81,6 +81,12 @@ def test_kafka_python_produces_and_consumes_on_the_cluster(cluster, topic_name):
     values = sorted(int(m.value) for m in cons)
     cons.close()
     assert values == list(range(50))
+    # auto-created (Metadata through a broker that is not the controller): default.replication.factor is unset,
+    # so it is sized to the cluster, 3
+    prod = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    prod.send(topic_name + "-auto", b"x").get(timeout=30)
+    prod.close()
+    assert len(cluster.partition(topic_name + "-auto").replicas) == 3
 
 
 def test_acks_all_waits_for_min_insync_replicas(cluster, topic_name):

@@ -59,6 +59,10 @@ def test_tiering_follows_leadership_and_a_new_replica_starts_from_the_remote_tie
     produce(cluster, topic_name, 0, 300)
     wait_for(lambda: tiered_end(cluster, topic_name) > 100, "the first leader tiers closed segments")
     first = tiered_end(cluster, topic_name)
+    follower = next(i for i in (ids[0], ids[1]) if i != cluster.leader(topic_name))
+    follower_dir = cluster.brokers[follower].data_dir / "logs" / f"{topic_name}-0"
+    # the follower learns what the leader tiered from __remote_log_metadata and drops those local segments too
+    wait_for(lambda: len(list(follower_dir.glob("*.log"))) <= 3, "the follower applies local retention")
 
     old_leader = cluster.leader(topic_name)
     cluster.brokers[old_leader].kill9()
