@@ -383,11 +383,12 @@ class Partition:
             log.info("%s-%d truncated to offset %d", self.topic, self.index, offset)
         return removed
 
-    def restart_at(self, offset: int, log_start: int | None = None, epochs=()) -> None:
+    def restart_at(self, offset: int, log_start: int | None = None, epochs=(), producer_snapshot=None) -> None:
         """Our whole log is below the leader's (local) log start: drop it and continue at `offset`."""
-        self.log.restart_at(offset, log_start, epochs)
-        log.info("%s-%d restarts at offset %d (log start %d)", self.topic, self.index, offset,
-                 self.log.log_start_offset)
+        self.log.restart_at(offset, log_start, epochs, producer_snapshot)
+        log.info("%s-%d restarts at offset %d (log start %d, %d leader epoch(s), %d producer(s))", self.topic,
+                 self.index, offset, self.log.log_start_offset, len(self.log.leader_epoch_cache.entries),
+                 len(self.log.producer_state.producers))
 
     def last_offset_for_leader_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (largest epoch <= `epoch`, its end offset), (-1, -1) when unknown."""

@@ -184,8 +184,8 @@ class ReplicaFetcher:
 
     async def _start_from_remote(self, part, key, leader_log_start: int) -> None:
         """OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): what we need lives only in the remote tier; ask the leader
-        for its local log start (ListOffsets EARLIEST_LOCAL), take the epoch history from the remote segment
-        below it, and start fetching there."""
+        for its local log start (ListOffsets EARLIEST_LOCAL), take the epoch history and the producer snapshot from
+        the remote segment below it, and start fetching there."""
         try:
             resp = await self.conn.send(LIST_OFFSETS, 8, {
                 "replica_id": self.settings.node_id, "isolation_level": 0, "topics": [{"name": part.topic,
@@ -194,8 +194,8 @@ class ReplicaFetcher:
             res = resp.topics[0].partitions[0]
             if res.error_code:
                 raise ApiError(int(res.error_code), "ListOffsets EARLIEST_LOCAL failed")
-            epochs = part.remote.follower_start_state(part.topic, part.index, res.offset)
-            part.restart_at(res.offset, leader_log_start, epochs)
+            epochs, snapshot = await part.remote.follower_start_state(part.topic, part.index, res.offset)
+            part.restart_at(res.offset, leader_log_start, epochs, snapshot)
             log.info("%s-%d: built from the remote tier, fetching from the leader's local log start %d", part.topic,
                      part.index, res.offset)
             delay = 0.0

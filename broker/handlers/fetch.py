@@ -114,17 +114,18 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
                             max_wait, min_bytes, max_bytes):
     deadline = time.monotonic() + max_wait
     parts = [w.part for w in wanted if w.part is not None]
+    results, total = _read_all(wanted, max_bytes)   # again: an append before this first step woke nobody
     while True:
+        if any(w.remote is not None for w in wanted):
+            return await _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
+        if total >= min_bytes or any(w.error for w in wanted):
+            break
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
         await broker.replicas.wait_for_data(parts, remaining)
         _resolve(broker, wanted, by_id)  # a topic may have been deleted meanwhile
         results, total = _read_all(wanted, max_bytes)
-        if any(w.remote is not None for w in wanted):
-            return await _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
-        if total >= min_bytes or any(w.error for w in wanted):
-            break
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
 
 
@@ -166,9 +167,13 @@ def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool)
         return _finish(broker, version, 0, wanted, results, False, False, by_id)
 
     async def wait():
-        await broker.replicas.wait_for_data([w.part for w in wanted if w.part is not None], max_wait)
-        _resolve(broker, wanted, by_id)
-        results, _ = _read_follower(wanted, body.max_bytes)
+        # Read again before parking: an append that came between this handler's return and this coroutine's first
+        # step woke nobody (the waiter was not registered yet), and the fetch would sit out replica.fetch.wait.max.ms.
+        results, total = _read_follower(wanted, body.max_bytes)
+        if total < body.min_bytes:
+            await broker.replicas.wait_for_data([w.part for w in wanted if w.part is not None], max_wait)
+            _resolve(broker, wanted, by_id)
+            results, _ = _read_follower(wanted, body.max_bytes)
         return _finish(broker, version, 0, wanted, results, False, False, by_id)
     return wait()
 

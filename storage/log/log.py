@@ -11,6 +11,7 @@ Everything is synchronous and single-threaded (the broker calls it from its even
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import shutil
 import struct
@@ -26,7 +27,9 @@ from storage.log.files import fsync_dir, write_atomically
 from storage.log.leader_epoch import LeaderEpochFileCache
 from storage.log.log_config import LogConfig
 from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
-from storage.log.producer_state import ProducerAppendInfo, ProducerStateManager
+from storage.log.producer_state import CorruptSnapshotError, ProducerAppendInfo, ProducerStateManager, snapshot_name
+
+log = logging.getLogger("strata.log")
 
 LOG_START_OFFSET_FILE = "log-start-offset"
 _U32 = struct.Struct(">I")
@@ -201,15 +204,23 @@ class Log:
         self.producer_state.delete_snapshots_after(-1)
         self.producer_state.producers = {}
 
-    def restart_at(self, offset: int, log_start: int | None = None, epochs=()) -> None:
+    def restart_at(self, offset: int, log_start: int | None = None, epochs=(), producer_snapshot=None) -> None:
         """A follower whose log is all below the leader's (local) log start starts over there (Kafka's
         truncateFullyAndStartAt). For a tiered log (KIP-405) the log start can stay lower, `log_start`: the
         offsets between live in the remote tier; `epochs` ((epoch, start offset) from the remote segment below
-        `offset`) rebuild the leader-epoch history so the follower can take part in KIP-101 truncation."""
+        `offset`) rebuild the leader-epoch history so the follower can take part in KIP-101 truncation, and
+        `producer_snapshot` (that segment's `.snapshot`, the producer state at `offset`) the idempotence state."""
         self.truncate_fully_and_start_at(offset)
         for epoch, start in epochs:
             if start < offset:
                 self.leader_epoch_cache.assign(epoch, start)
+        if producer_snapshot:
+            write_atomically(self.producer_state.dir / snapshot_name(offset), producer_snapshot)
+            try:
+                self.producer_state.load_snapshot(offset, self._time_ms())
+            except CorruptSnapshotError as e:
+                log.warning("%s: producer snapshot from the remote tier refused: %s", self.dir.name, e)
+                self.producer_state.delete_snapshot(offset)
         start = offset if log_start is None or not self.remote_log_enabled else min(log_start, offset)
         self._set_log_start_offset(start)
 

@@ -35,7 +35,7 @@ from storage.tiered.remote_log_metadata import (
     REMOTE_LOG_METADATA_TOPIC, InternalTopic, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
 )
 from storage.tiered.remote_log_reader import RemoteLogReader, _LruFutures
-from storage.tiered.remote_storage_manager import LogSegmentData, RemoteStorageManager
+from storage.tiered.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
 log = logging.getLogger("strata.remote_log_manager")
 
@@ -280,16 +280,26 @@ class RemoteLogManager(RemoteLogReader):
     def on_topic_created(self, info) -> None:
         self.sync_partitions()
 
-    def follower_start_state(self, topic: str, p: int, local_start: int) -> tuple[tuple[int, int], ...]:
+    async def follower_start_state(self, topic: str, p: int, local_start: int):
         """KIP-405's follower path (Kafka's buildRemoteLogAuxState): a follower that must start at the leader's local
-        log start takes the leader-epoch history below it from the remote segment that ends there."""
+        log start takes the leader-epoch history below it, and the producer snapshot at it, from the remote segment
+        that ends there. -> (((epoch, start offset), ...), snapshot bytes or None)."""
         tip = self.tip_of(topic, p)
         if tip is None:
-            return ()
+            return (), None
         self.rlmm.reload(tip)
         below = [s for s in self.rlmm.list_remote_log_segments(tip)
                  if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset < local_start <= s.end_offset + 1]
-        return max(below, key=lambda s: s.end_offset).segment_leader_epochs if below else ()
+        if not below:
+            return (), None
+        md = max(below, key=lambda s: s.end_offset)
+        snapshot = None
+        if md.end_offset + 1 == local_start:        # the snapshot a segment carries is the state at its end
+            try:
+                snapshot = await self.rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT)
+            except Exception as e:
+                log.warning("%s: no producer snapshot in the remote tier at %d: %s", tip, local_start, e)
+        return md.segment_leader_epochs, snapshot
 
     def on_leadership_change(self, topic: str, p: int, leader: bool) -> None:
         """Only leaders copy and expire (Kafka's RLM tasks follow leadership): a new leader reloads what the

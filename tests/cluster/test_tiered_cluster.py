@@ -34,7 +34,8 @@ def tiered_end(cluster, topic: str) -> int:
 
 
 def produce(cluster, topic: str, start: int, n: int) -> None:
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0, "batch.size": 1000})
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0, "batch.size": 1000,
+                  "enable.idempotence": True})
     for i in range(start, start + n):
         p.produce(topic, f"{i:06d}".encode() * 20)
         p.poll(0)
@@ -82,6 +83,10 @@ def test_tiering_follows_leadership_and_a_new_replica_starts_from_the_remote_tie
     kadmin.close()
     new_replica = cluster.brokers[ids[2]].log_text()
     assert "built from the remote tier" in new_replica                 # it did not copy the tiered history
+    import re
+    restart = re.search(r"restarts at offset \d+ \(log start 0, (\d+) leader epoch\(s\), (\d+) producer\(s\)\)",
+                        new_replica)
+    assert restart and int(restart.group(1)) >= 1 and int(restart.group(2)) >= 1   # epochs and producer state
 
     values = [m.value() for m in consume_all(cluster.bootstrap, topic_name, 600)]
     assert values == [f"{i:06d}".encode() * 20 for i in range(600)]     # both tiers, in order, once each
