@@ -77,3 +77,19 @@ class ControllerChannel:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+async def forward(broker, req):
+    """Kafka's request forwarding: a broker that is not the active controller passes an admin request on to it and
+    returns its answer; then it reads the metadata log so its own image shows the change. Without a reachable
+    controller it keeps trying until the request timeout, as Kafka's forwarding manager does."""
+    deadline = asyncio.get_running_loop().time() + broker.controller_channel.request_timeout
+    while True:
+        try:
+            body = await broker.controller_channel.forward(req)
+            await broker.controller.refresh()
+            return body
+        except ControllerUnavailable as e:
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"no controller to forward api key {req.api_key} to: {e}") from None
+            await asyncio.sleep(0.1)

@@ -9,6 +9,7 @@ import logging
 import socket
 from collections import deque
 
+from broker.controller_channel import forward
 from broker.handlers import Request, api_versions
 from protocol import kio_codec
 from protocol.wire import HEADER_FIXED, I32, MalformedRequest, read_i16, skip_tagged_fields
@@ -154,7 +155,10 @@ class KafkaConnection(asyncio.Protocol):
         if flexible:
             pos = skip_tagged_fields(frame, pos)
         req = Request(api_key, version, corr, client_id, frame, pos, flexible, self.client_host)
-        result = handler.handle(self.broker, req)
+        if getattr(handler, "FORWARDED_TO_CONTROLLER", False) and not self.broker.controller.active:
+            result = forward(self.broker, req)      # admin requests go to the active controller as they came
+        else:
+            result = handler.handle(self.broker, req)
         # ApiVersions always answers with response header v0 so any client can read it.
         flex_header = flexible and api_key != api_versions.API_KEY
         if inspect.isawaitable(result):

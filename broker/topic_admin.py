@@ -2,7 +2,6 @@
 DescribeConfigs and IncrementalAlterConfigs. Error codes and messages follow Kafka's."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import uuid
@@ -178,23 +177,6 @@ async def submit(broker, records: list):
         raise AdminError(ErrorCode.invalid_request, f"the change no longer applies: {e}") from None
 
 
-async def forward(broker, req):
-    """Kafka's request forwarding: a broker that is not the active controller passes an admin request on to it and
-    returns its answer; then it reads the metadata log so its own image shows the change. Without a reachable
-    controller it keeps trying until the request timeout, as Kafka's forwarding manager does."""
-    from broker.controller_channel import ControllerUnavailable
-    deadline = asyncio.get_running_loop().time() + broker.controller_channel.request_timeout
-    while True:
-        try:
-            body = await broker.controller_channel.forward(req)
-            await broker.controller.refresh()
-            return body
-        except ControllerUnavailable as e:
-            if asyncio.get_running_loop().time() > deadline:
-                raise RuntimeError(f"no controller to forward api key {req.api_key} to: {e}") from None
-            await asyncio.sleep(0.1)
-
-
 async def create_topic(broker, name: str, assignment: list[list[int]], configs: dict[str, str]):
     """Submit the topic's records; the metadata publisher opens its partitions. Returns its image."""
     await submit(broker, topic_records(name, assignment, configs))
@@ -203,7 +185,7 @@ async def create_topic(broker, name: str, assignment: list[list[int]], configs: 
     return broker.topics.get(name)
 
 
-async def auto_create(broker, name: str) -> tuple[int, TopicInfo | None]:
+async def auto_create(broker, name: str) -> tuple[int, object | None]:
     """Metadata-triggered creation (auto.create.topics.enable) with num.partitions and default.replication.factor.
     A broker that is not the controller asks the controller with a CreateTopics request, as Kafka's
     AutoTopicCreationManager does."""

@@ -3,7 +3,7 @@ replicas). New replicas catch up as followers and join the ISR; then the control
 the controller; other brokers forward it."""
 from __future__ import annotations
 
-from broker.topic_admin import AdminError, forward, submit
+from broker.topic_admin import AdminError, submit
 from metadata.cluster_control import complete_reassignment, reassign
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -11,15 +11,10 @@ from protocol.errors import ErrorCode
 API_KEY = 45
 VERSIONS = (0, 0)
 DECODABLE = (0, 0)
+FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 
 
-def handle(broker, req):
-    if not broker.controller.active:
-        return forward(broker, req)
-    return _reassign(broker, req)
-
-
-async def _reassign(broker, req):
+async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     responses = []

@@ -1,7 +1,7 @@
 """CreatePartitions (key 37): grow a topic's partition count."""
 from __future__ import annotations
 
-from broker.topic_admin import (MAX_PARTITIONS, AdminError, check_replica_assignment, forward, partition_records,
+from broker.topic_admin import (MAX_PARTITIONS, AdminError, check_replica_assignment, partition_records,
                                 place, submit)
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -9,15 +9,10 @@ from protocol.errors import ErrorCode
 API_KEY = 37
 VERSIONS = (0, 3)
 DECODABLE = (0, 3)
+FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 
 
-def handle(broker, req):
-    if not broker.controller.active:
-        return forward(broker, req)
-    return _create(broker, req)
-
-
-async def _create(broker, req):
+async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     names = [t.name for t in body.topics]

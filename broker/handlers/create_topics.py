@@ -1,7 +1,7 @@
 """CreateTopics (key 19)."""
 from __future__ import annotations
 
-from broker.topic_admin import AdminError, check_create, create_topic, forward
+from broker.topic_admin import AdminError, check_create, create_topic
 from broker.handlers.describe_configs import topic_config_entries
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -9,15 +9,10 @@ from protocol.errors import ErrorCode
 API_KEY = 19
 VERSIONS = (2, 7)
 DECODABLE = (2, 7)
+FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 
 
-def handle(broker, req):
-    if not broker.controller.active:
-        return forward(broker, req)
-    return _create(broker, req)
-
-
-async def _create(broker, req):
+async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     results = []

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from protocol import kio_codec
-from protocol.errors import ApiError, ErrorCode
+from protocol.errors import ApiError
 
 API_KEY = 21
 VERSIONS = (0, 2)

@@ -1,7 +1,7 @@
 """DeleteTopics (key 20): by name, or by topic id from v6."""
 from __future__ import annotations
 
-from broker.topic_admin import AdminError, forward, submit
+from broker.topic_admin import AdminError, submit
 from metadata.records import RemoveTopicRecord
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -9,16 +9,11 @@ from protocol.errors import ErrorCode
 API_KEY = 20
 VERSIONS = (1, 6)
 DECODABLE = (1, 6)
+FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 
 
 
-def handle(broker, req):
-    if not broker.controller.active:
-        return forward(broker, req)
-    return _delete(broker, req)
-
-
-async def _delete(broker, req):
+async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     if v >= 6:

@@ -3,7 +3,7 @@ unclean elections (type 1) are refused, as unclean.leader.election.enable is fal
 other brokers forward it."""
 from __future__ import annotations
 
-from broker.topic_admin import AdminError, forward, submit
+from broker.topic_admin import AdminError, submit
 from metadata.cluster_control import elect_preferred
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -11,16 +11,11 @@ from protocol.errors import ErrorCode
 API_KEY = 43
 VERSIONS = (0, 2)
 DECODABLE = (0, 2)
+FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 PREFERRED = 0
 
 
-def handle(broker, req):
-    if not broker.controller.active:
-        return forward(broker, req)
-    return _elect(broker, req)
-
-
-async def _elect(broker, req):
+async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     image = broker.topics.image

@@ -1,7 +1,7 @@
 """IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT on topic configs; applied to live logs."""
 from __future__ import annotations
 
-from broker.topic_admin import AdminError, forward, submit, validate_configs, validate_remote_storage
+from broker.topic_admin import AdminError, submit, validate_configs, validate_remote_storage
 from metadata.records import TOPIC_RESOURCE, ConfigRecord
 from protocol import kio_codec
 from storage.log.log_config import TOPIC_CONFIGS
@@ -10,6 +10,7 @@ from protocol.errors import ErrorCode
 API_KEY = 44
 VERSIONS = (0, 1)
 DECODABLE = (0, 1)
+FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC, BROKER = 2, 4
@@ -46,13 +47,7 @@ def _apply(current: dict[str, str], ops) -> dict[str, str]:
     return new
 
 
-def handle(broker, req):
-    if not broker.controller.active:
-        return forward(broker, req)
-    return _alter(broker, req)
-
-
-async def _alter(broker, req):
+async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     out = []

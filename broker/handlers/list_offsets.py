@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 
 from protocol import kio_codec
-from protocol.errors import ErrorCode
 
 API_KEY = 2
 VERSIONS = (0, 9)      # min 0: librdkafka 2.0.2's feature detection, see produce.py
