@@ -28,9 +28,12 @@ def tiered_cluster(tmp_path):
 
 def tiered_end(cluster, topic: str) -> int:
     """ListOffsets LATEST_TIERED (-5, KIP-1005) from the leader: the highest offset in the remote tier."""
-    from tests.integration.test_tiered_storage import LATEST_TIERED, list_offsets
-    err, offset, _ = list_offsets(cluster.brokers[cluster.leader(topic)], topic, LATEST_TIERED)
-    return offset if err == 0 else -1
+    from tests.integration.rawclient import RawClient
+    with RawClient(cluster.brokers[cluster.leader(topic)].bootstrap, timeout=40) as c:
+        resp = c.request(2, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -5}]}]})
+    [p] = resp.topics[0].partitions
+    return p.offset if p.error_code == 0 else -1
 
 
 def produce(cluster, topic: str, start: int, n: int) -> None:
