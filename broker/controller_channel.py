@@ -76,7 +76,7 @@ class ControllerChannel:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
-            self._conn = None
+        self._conn = self._conn_for = None        # a request after this opens a new connection
 
 
 async def forward(broker, req):

@@ -207,8 +207,13 @@ def test_controller_killed_another_takes_over_and_metadata_survives(cluster, top
         time.sleep(0.2)
     assert new not in (-1, controller)
     create(cluster, topic_name + "-after", rf=2)          # the new controller appends
-    md = cluster.admin().list_topics(timeout=10)
-    assert topic_name in md.topics and topic_name + "-after" in md.topics
+    from confluent_kafka.admin import AdminClient
+    for b in [b for b in cluster.brokers.values() if b.alive()]:   # each follows the log: both topics, soon
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        deadline = time.monotonic() + 10
+        while not {topic_name, topic_name + "-after"} <= set(admin.list_topics(timeout=10).topics):
+            assert time.monotonic() < deadline, f"broker at {b.bootstrap} does not list both topics"
+            time.sleep(0.1)
     cluster.brokers[controller].start()
     cluster.wait_for_isr(topic_name, 3)
 
