@@ -11,7 +11,7 @@ from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import load_handlers
 from broker.socket_server import KafkaConnection
 from broker.metadata_publisher import MetadataPublisher
-from broker.topic_admin import place, topic_records
+from broker.topic_admin import create_through_controller, place, topic_records, usable_brokers
 from broker.broker_lifecycle import BrokerLifecycle
 from broker.controller_channel import ControllerChannel, ControllerUnavailable
 from metadata.cluster_control import ClusterControl
@@ -162,24 +162,15 @@ class Broker:
         started = asyncio.get_running_loop().time()
         grace = self.config.get_int("broker.session.timeout.ms") / 1000
         while self.topics.get(name) is None:
-            alive = sum(1 for b in self.topics.image.brokers.values() if not b.fenced)
+            alive = len(usable_brokers(self))
             waited = asyncio.get_running_loop().time() - started
             if alive >= replication_factor or (alive and waited > grace):
                 rf = min(replication_factor, alive)
-                try:
-                    resp = await self.controller_channel.send(19, 7, {"topics": [{
-                        "name": name, "num_partitions": partitions, "replication_factor": rf, "assignments": [],
-                        "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
-                        "timeout": 30000, "validate_only": False})
-                    err = resp.topics[0].error_code
-                    if err == 0:
-                        log.info("created internal topic %s: %d partitions, replication factor %d", name,
-                                 partitions, rf)
-                    elif err != ErrorCode.topic_already_exists:
-                        log.warning("creating internal topic %s failed: %s", name, err.name)
-                    await self.controller.refresh()
-                except ControllerUnavailable:
-                    pass
+                err = await create_through_controller(self, name, partitions, rf, configs)
+                if err == 0:
+                    log.info("created internal topic %s: %d partitions, replication factor %d", name, partitions, rf)
+                elif err not in (ErrorCode.topic_already_exists, ErrorCode.leader_not_available):
+                    log.warning("creating internal topic %s failed: %s", name, ErrorCode(err).name)
             if self.topics.get(name) is None:
                 await asyncio.sleep(0.2)
 

@@ -185,20 +185,28 @@ async def create_topic(broker, name: str, assignment: list[list[int]], configs: 
     return broker.topics.get(name)
 
 
+async def create_through_controller(broker, name: str, partitions: int, replication_factor: int,
+                                    configs: dict[str, str]) -> int:
+    """A CreateTopics request to the active controller (Kafka's AutoTopicCreationManager), then this broker reads
+    the metadata log so its image has the topic; the topic's error code, LEADER_NOT_AVAILABLE without a controller."""
+    from broker.controller_channel import ControllerUnavailable
+    try:
+        resp = await broker.controller_channel.send(19, 7, {"topics": [{
+            "name": name, "num_partitions": partitions, "replication_factor": replication_factor, "assignments": [],
+            "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+            "timeout": 30000, "validate_only": False})
+    except ControllerUnavailable:
+        return ErrorCode.leader_not_available
+    await broker.controller.refresh()
+    return resp.topics[0].error_code
+
+
 async def auto_create(broker, name: str) -> tuple[int, object | None]:
     """Metadata-triggered creation (auto.create.topics.enable) with num.partitions and default.replication.factor.
     A broker that is not the controller asks the controller with a CreateTopics request, as Kafka's
     AutoTopicCreationManager does."""
     if not broker.controller.active:
-        from broker.controller_channel import ControllerUnavailable
-        try:
-            resp = await broker.controller_channel.send(19, 7, {"topics": [{
-                "name": name, "num_partitions": -1, "replication_factor": -1, "assignments": [], "configs": []}],
-                "timeout": 30000, "validate_only": False})
-        except ControllerUnavailable:
-            return ErrorCode.leader_not_available, None
-        await broker.controller.refresh()
-        err = resp.topics[0].error_code
+        err = await create_through_controller(broker, name, -1, -1, {})
         if err not in (0, ErrorCode.topic_already_exists):
             return err, None
         info = broker.topics.get(name)

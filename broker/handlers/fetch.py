@@ -161,7 +161,7 @@ def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool)
                 w.diverging = (epoch, end)
                 continue
         part.update_follower_fetch_state(replica_id, w.fetch_offset, now)
-    results, total = _read_follower(wanted, body.max_bytes)
+    results, total = _read_all(wanted, body.max_bytes, replica=True)
     max_wait = body.max_wait.total_seconds()
     if max_wait <= 0 or total >= body.min_bytes or any(w.error or w.diverging for w in wanted) or not wanted:
         return _finish(broker, version, 0, wanted, results, False, False, by_id)
@@ -169,33 +169,13 @@ def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool)
     async def wait():
         # Read again before parking: an append that came between this handler's return and this coroutine's first
         # step woke nobody (the waiter was not registered yet), and the fetch would sit out replica.fetch.wait.max.ms.
-        results, total = _read_follower(wanted, body.max_bytes)
+        results, total = _read_all(wanted, body.max_bytes, replica=True)
         if total < body.min_bytes:
             await broker.replicas.wait_for_data([w.part for w in wanted if w.part is not None], max_wait)
             _resolve(broker, wanted, by_id)
-            results, _ = _read_follower(wanted, body.max_bytes)
+            results, _ = _read_all(wanted, body.max_bytes, replica=True)
         return _finish(broker, version, 0, wanted, results, False, False, by_id)
     return wait()
-
-
-def _read_follower(wanted: list[_Wanted], max_bytes: int):
-    results, total = [], 0
-    for w in wanted:
-        views, size = (), 0
-        if not w.error and w.diverging is None:
-            budget = min(w.max_bytes, max_bytes - total)
-            if budget > 0 or total == 0:
-                try:
-                    views, _ = w.part.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0),
-                                           fetch_only_committed=False, local_only=True)
-                except ApiError as e:
-                    w.error = e.error_code
-                except OSError:
-                    w.error = ErrorCode.kafka_storage_error
-        size = sum(len(v) for v in views)
-        total += size
-        results.append((views, size))
-    return results, total
 
 
 def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
@@ -214,17 +194,20 @@ def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
             w.error = w.part.not_leader_error() or w.part.check_leader_epoch(w.leader_epoch)
 
 
-def _read_all(wanted: list[_Wanted], max_bytes: int):
+def _read_all(wanted: list[_Wanted], max_bytes: int, replica: bool = False):
+    """Read each partition within the byte budgets. A consumer reads below the high watermark and may start a remote
+    read; a follower (`replica`) reads to the log end, only locally, and nothing where its log diverged."""
     results = []
     total = 0
     for w in wanted:
         views = ()
         size = 0
-        if not w.error:
+        if not w.error and w.diverging is None:
             budget = min(w.max_bytes, max_bytes - total)
             if budget > 0 or total == 0:
                 try:
-                    views, w.remote = w.part.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0))
+                    views, w.remote = w.part.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0),
+                                                  fetch_only_committed=not replica, local_only=replica)
                     if w.remote is not None:
                         size = max(budget, 0)      # a remote read (below the local log start): budget reserved
                 except ApiError as e:
