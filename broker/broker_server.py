@@ -87,18 +87,20 @@ class Broker:
         self.controller_channel = ControllerChannel(self.node_id, self.topics, config.listener)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self.replicas = ReplicaManager(config, self.topics, create_topic=self.create_internal_topic)
+        from prometheus_client import CollectorRegistry
+        self.metrics_registry = CollectorRegistry()
+        self.wal_metrics = self.wal_reader = None
         if self.cluster_mode:
+            self._start_wal(config)
             self.lifecycle = BrokerLifecycle(self.node_id, self.controller_channel, self.topics,
                                              cluster_id=self.cluster_id, rack=config.get("broker.rack") or None,
                                              endpoint=config.advertised,
                                              heartbeat_interval_ms=config.get_int("broker.heartbeat.interval.ms"))
             self.replicas.fetchers = ReplicaFetcherManager(FetchSettings.from_config(config), self.replicas,
-                                                           self._endpoint_of)
+                                                           self._endpoint_of, self.wal_reader, self.wal_metrics)
             self.replicas.alter_partitions = AlterPartitionManager(self.node_id, lambda: self.lifecycle.broker_epoch,
                                                                    self.controller_channel.send)
         # Tiered storage (KIP-405) and the Prometheus endpoint (metrics.port, -1 = off)
-        from prometheus_client import CollectorRegistry
-        self.metrics_registry = CollectorRegistry()
         self._metrics_server = None
         self.remote_log_manager = None
         if config.get_bool("remote.log.storage.system.enable"):
@@ -114,6 +116,22 @@ class Broker:
         self._server: asyncio.AbstractServer | None = None
         self._starting: asyncio.Task | None = None
         self._peer_connections: dict[int, BrokerConnection] = {}
+
+    def _start_wal(self, config) -> None:
+        """Replication metrics, and with a fast store (remote.wal.storage.url) the WAL combiner of this broker's
+        leaders and the WAL reader of its followers (KIP-1176)."""
+        from replication.wal_metrics import PRICE_DEFAULTS, WalMetrics
+        self.wal_metrics = WalMetrics(self.metrics_registry, {k: float(config.get(k)) for k in PRICE_DEFAULTS})
+        urls = config.wal_store_urls()
+        if not urls:
+            return
+        from replication.remote_wal import RemoteWalManager
+        from replication.wal_follower import WalReader
+        from storage.wal.wal_stores import WalStores
+        stores = WalStores(urls, config.wal_store_options(), config.get("broker.rack"))
+        self.replicas.remote_wal = RemoteWalManager(config, stores, self.wal_metrics, self.node_id)
+        self.wal_reader = WalReader(stores, self.wal_metrics)
+        log.info("WAL replication on: uploads to fast store %r (%s)", stores.local_name, urls[stores.local_name])
 
     async def _produce_to_leader(self, leader_id: int, topic: str, partition: int, batch: bytes) -> int:
         """One batch to the leader of an internal topic's partition (acks=all); the partition's error code."""
@@ -191,6 +209,8 @@ class Broker:
         self._start_metrics()
 
     def _start_internal_users(self) -> None:
+        if self.replicas.remote_wal is not None:
+            self.replicas.remote_wal.start()
         if self.remote_log_manager is not None:
             self.remote_log_manager.startup()
             self.remote_log_manager.start_background()
@@ -258,6 +278,9 @@ class Broker:
             conn.transport.close()
         if self.remote_log_manager is not None:
             await self.remote_log_manager.stop()
+        if self.replicas.remote_wal is not None:
+            await self.replicas.remote_wal.stop()
+            await self.replicas.remote_wal.stores.close()
         if self.cluster_mode:
             self.controller_channel.close()
             for conn in self._peer_connections.values():

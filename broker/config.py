@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from replication.remote_wal import WAL_DEFAULTS
+from replication.wal_metrics import PRICE_DEFAULTS
 from storage.cleaner.cleaner import CLEANER_DEFAULTS
 from storage.log.log_config import LogConfig
 
@@ -63,6 +65,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "offsets.commit.timeout.ms": "5000",
     "remote.log.metadata.topic.replication.factor": "3",
     **CLEANER_DEFAULTS,              # log.cleaner.*: the cleaner's own defaults, one list
+    **WAL_DEFAULTS,                  # remote.wal.*: active-segment replication through the fast store (KIP-1176)
+    **PRICE_DEFAULTS,                # cost.*: list prices behind strata_cost_dollars_total
 }
 
 def setting(config, key: str, defaults: dict[str, str]) -> str:
@@ -166,6 +170,19 @@ class BrokerConfig:
         return self.store_options(self.REMOTE_STORE_PREFIX)
 
     METADATA_STORE_PREFIX = "metadata.log.storage."
+    WAL_STORE_PREFIX = "remote.wal.storage."
+
+    def wal_store_urls(self) -> dict[str, str]:
+        """The fast stores by name: "" from remote.wal.storage.url, a rack's from remote.wal.storage.rack.<rack>.url."""
+        pre = self.WAL_STORE_PREFIX
+        urls = {"": self.get(pre + "url").strip()}
+        for k, v in self.props.items():
+            if k.startswith(pre + "rack.") and k.endswith(".url") and v.strip():
+                urls[k[len(pre) + 5:-4]] = v.strip()
+        return {name: url for name, url in urls.items() if url}
+
+    def wal_store_options(self) -> dict[str, str]:
+        return {k: v for k, v in self.store_options(self.WAL_STORE_PREFIX).items() if not k.startswith("rack_")}
 
     def store_options(self, pre: str) -> dict[str, str]:
         return {k[len(pre):].replace(".", "_"): v for k, v in self.props.items()

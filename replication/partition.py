@@ -23,7 +23,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 class Partition:
     __slots__ = ("topic", "index", "log", "leader_epoch", "waiters", "remote", "local_broker_id", "isr",
                  "follower_end_offsets", "leader_id", "replicas", "partition_epoch", "topic_id", "last_caught_up",
-                 "pending_isr", "hw_waiters", "alter_isr", "_leo_at_last_fetch")
+                 "pending_isr", "hw_waiters", "alter_isr", "_leo_at_last_fetch", "wal", "closed")
 
     def __init__(self, topic: str, index: int, plog: Log, *, leader_epoch: int = 0, local_broker_id: int = -1,
                  remote=None, topic_id: str = "", alter_isr=None):
@@ -45,6 +45,8 @@ class Partition:
         self.follower_end_offsets: dict[int, int] = {}   # follower id -> log end offset from its fetches
         self.last_caught_up: dict[int, float] = {}       # follower id -> when it last had all of the leader's log
         self._leo_at_last_fetch: dict[int, tuple[int, float]] = {}
+        self.wal = None                           # replication.remote_wal.PartitionWal when a fast store is set
+        self.closed = False                       # removed from this broker (deleted, reassigned away, shut down)
         self.maybe_increment_high_watermark()
 
     def __repr__(self) -> str:
@@ -149,6 +151,8 @@ class Partition:
         self.last_caught_up = {r: now for r in self.replicas if r != self.local_broker_id}
         self._leo_at_last_fetch = {}
         self.log.assign_epoch_start_offset(state.leader_epoch, self.log.log_end_offset)
+        if self.wal is not None:
+            self.wal.became_leader(self.log.log_end_offset)
         self.maybe_increment_high_watermark()
         self.wake_waiters()
 
@@ -159,6 +163,8 @@ class Partition:
         self.leader_epoch, self.partition_epoch = state.leader_epoch, state.partition_epoch
         self.replicas, self.isr, self.pending_isr = tuple(state.replicas), tuple(state.isr), None
         self.follower_end_offsets, self.last_caught_up, self._leo_at_last_fetch = {}, {}, {}
+        if self.wal is not None:
+            self.wal.became_follower()
         self.fail_waiters()
 
     def fail_waiters(self) -> None:
@@ -249,6 +255,10 @@ class Partition:
                                 f"min.isr requirement of {min_isr} for partition {self.topic}-{self.index}")
         result = self.log.append_as_leader(records, headers, self.leader_epoch)
         if result.error_code == 0 and not result.duplicate:
+            if self.wal is not None and self.log.config.remote_wal_enable:
+                size = sum(h.size for h in headers)       # the batches as written, offsets and epoch assigned
+                self.wal.manager.add(self, self.leader_epoch, result.base_offset, result.last_offset,
+                                     bytes(memoryview(records)[:size]))
             self.maybe_increment_high_watermark()
             self.wake_waiters()
         return result
@@ -274,6 +284,20 @@ class Partition:
                                                min_one_message)
         except RemoteStorageException as e:       # the reader queue is full: what Kafka answers for it
             raise ApiError(ErrorCode.unknown_server_error, str(e)) from None
+
+    def read_for_follower(self, replica_id: int, fetch_offset: int, max_bytes: int, *, min_one_message: bool,
+                          now: float):
+        """A follower's read: (record views, WAL pointers). With a fast store and `remote.wal.enable`, pointers
+        instead of records where the pointer file has them, nothing while the range is still being uploaded, and
+        records otherwise (replication/remote_wal.py says when)."""
+        wal = self.wal
+        if wal is not None and self.log.config.remote_wal_enable and self.is_leader:
+            what, pointers = wal.serve(replica_id, fetch_offset, max(max_bytes, 1), now)
+            if what != "records":
+                return (), pointers
+        views, _ = self.read(fetch_offset, max_bytes, min_one_message=min_one_message, fetch_only_committed=False,
+                             local_only=True)
+        return views, ()
 
     @property
     def remote_fetch_max_wait(self) -> float:

@@ -13,8 +13,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from protocol.client import BrokerConnection, ConnectionFailed
+from protocol.client import BrokerConnection, ConnectionFailed, encode_request
 from protocol.errors import ApiError, ErrorCode
+from protocol.replica_fetch import decode_fetch_response
+from replication.wal_follower import WalDownloadError, append_chunks
 
 log = logging.getLogger("strata.replica_fetcher")
 
@@ -60,10 +62,13 @@ def truncation_offset(part, diverging_epoch: int, diverging_end: int) -> tuple[i
 class ReplicaFetcher:
     """Fetches the partitions this broker follows from one leader."""
 
-    def __init__(self, leader_id: int, endpoint: tuple[str, int], settings: FetchSettings, replicas):
+    def __init__(self, leader_id: int, endpoint: tuple[str, int], settings: FetchSettings, replicas, wal=None,
+                 metrics=None):
         self.leader_id = leader_id
         self.settings = settings
         self.replicas = replicas
+        self.wal = wal                    # replication.wal_follower.WalReader: downloads WAL pointers (KIP-1176)
+        self.metrics = metrics            # replication.wal_metrics.WalMetrics
         self.conn = BrokerConnection(*endpoint, client_id=f"strata-replica-{settings.node_id}")
         self.partitions: dict[tuple[str, int], float] = {}      # (topic, index) -> not before (backoff)
         self._wake = asyncio.Event()
@@ -126,8 +131,10 @@ class ReplicaFetcher:
                     pass
                 continue
             try:
-                resp = await self.conn.send(FETCH, FETCH_VERSION, body,
-                                            timeout=(self.settings.max_wait_ms + self.settings.socket_timeout_ms) / 1000)
+                raw = await self.conn.send_raw(FETCH, FETCH_VERSION, encode_request(FETCH, FETCH_VERSION, body),
+                                               timeout=(self.settings.max_wait_ms + self.settings.socket_timeout_ms)
+                                               / 1000)
+                resp = decode_fetch_response(raw)
             except (ConnectionFailed, OSError) as e:
                 log.info("fetch from broker %d failed: %s", self.leader_id, e)
                 await asyncio.sleep(self.settings.backoff_ms / 1000)
@@ -139,12 +146,40 @@ class ReplicaFetcher:
                 await asyncio.sleep(self.settings.backoff_ms / 1000)
                 continue
             if resp.error_code:
-                log.info("fetch from broker %d: error %s", self.leader_id, resp.error_code.name)
+                log.info("fetch from broker %d: error %s", self.leader_id, ErrorCode(resp.error_code).name)
                 await asyncio.sleep(self.settings.backoff_ms / 1000)
                 continue
-            for t in resp.responses:
-                for p in t.partitions:
-                    self._process(t.topic, p)
+            downloads = []
+            for topic, partitions in resp.responses:
+                for p in partitions:
+                    if p.wal_pointers and p.error_code == 0 and p.diverging_epoch is None:
+                        downloads.append(self._from_wal(topic, p))
+                    else:
+                        self._process(topic, p)
+            if downloads:
+                await asyncio.gather(*downloads)
+
+    async def _from_wal(self, topic: str, p) -> None:
+        """KIP-1176: the leader sent pointers into the fast store instead of records; download, check, append.
+        A failure appends nothing; the next fetch asks for the same offset again."""
+        key = (topic, p.partition_index)
+        part = self.replicas.get(topic, p.partition_index)
+        if key not in self.partitions or part is None or part.leader_id != self.leader_id:
+            return
+        if self.wal is None:
+            log.warning("%s-%d: leader %d sent WAL pointers but no fast store is configured here (set "
+                        "remote.wal.storage.url)", topic, p.partition_index, self.leader_id)
+            self.partitions[key] = time.monotonic() + self.settings.backoff_ms / 1000
+            return
+        try:
+            chunks = await self.wal.download(p.wal_store, p.wal_pointers)
+            if part.closed or part.leader_id != self.leader_id or key not in self.partitions:
+                return
+            append_chunks(part, chunks, p.high_watermark)
+        except (WalDownloadError, ApiError) as e:
+            log.warning("%s-%d: WAL download from leader %d's pointers failed: %s", topic, p.partition_index,
+                        self.leader_id, e)
+            self.partitions[key] = time.monotonic() + min(self.settings.backoff_ms, 200) / 1000
 
     def _process(self, topic: str, p) -> None:
         key = (topic, p.partition_index)
@@ -155,13 +190,15 @@ class ReplicaFetcher:
         try:
             if err == 0:
                 div = p.diverging_epoch
-                if div is not None and div.end_offset >= -1 and (div.epoch >= 0 or div.end_offset >= 0):
-                    offset, _ = truncation_offset(part, div.epoch, div.end_offset)
+                if div is not None and div[1] >= -1 and (div[0] >= 0 or div[1] >= 0):
+                    offset, _ = truncation_offset(part, div[0], div[1])
                     log.info("%s-%d diverged from leader %d at epoch %d (end offset %d): truncating to %d", topic,
-                             p.partition_index, self.leader_id, div.epoch, div.end_offset, offset)
+                             p.partition_index, self.leader_id, div[0], div[1], offset)
                     part.truncate_to(offset)
                     return
                 if p.records:
+                    if self.metrics is not None:
+                        self.metrics.replication_bytes_in.inc(len(p.records))
                     part.append_records_to_follower(bytearray(p.records), p.high_watermark)
                 else:
                     part.log.update_high_watermark(min(p.high_watermark, part.log_end_offset))
@@ -210,8 +247,9 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Which fetcher (leader) each followed partition is fetched by."""
 
-    def __init__(self, settings: FetchSettings, replicas, endpoint_of):
+    def __init__(self, settings: FetchSettings, replicas, endpoint_of, wal=None, metrics=None):
         self.settings, self.replicas, self.endpoint_of = settings, replicas, endpoint_of
+        self.wal, self.metrics = wal, metrics
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[tuple[str, int], int] = {}
         self._closed = False
@@ -232,7 +270,8 @@ class ReplicaFetcherManager:
                 moved = fetcher.partitions
             else:
                 moved = {}
-            fetcher = self.fetchers[leader_id] = ReplicaFetcher(leader_id, endpoint, self.settings, self.replicas)
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(leader_id, endpoint, self.settings, self.replicas,
+                                                                self.wal, self.metrics)
             for t, i in moved:
                 fetcher.add(t, i)
         fetcher.add(topic, index)

@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 
 from protocol.errors import ErrorCode
 from replication.partition import Partition
+from replication.remote_wal import PartitionWal
 from storage.cleaner.log_cleaner import LogCleaner
 from storage.log.files import deferred_fsyncs
 from storage.log.log import Log
@@ -42,6 +43,7 @@ class ReplicaManager:
         # In a cluster (set by the broker): followers' fetchers and the leaders' ISR changes to the controller.
         self.fetchers = None              # replication.replica_fetcher.ReplicaFetcherManager
         self.alter_partitions = None      # replication.alter_partition_manager.AlterPartitionManager
+        self.remote_wal = None            # replication.remote_wal.RemoteWalManager when a fast store is set (KIP-1176)
         self.replica_lag_max = config.get_int("replica.lag.time.max.ms") / 1000
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -79,6 +81,9 @@ class ReplicaManager:
         t0 = time.monotonic()
         with deferred_fsyncs():          # one sync(2) instead of ~7 fsyncs per log (storage/log/files.py)
             for part in self.partitions.values():
+                part.closed = True
+                if part.wal is not None:
+                    part.wal.close()
                 part.log.close()
         (self.log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
         log.info("closed %d logs cleanly in %.2fs", len(self.partitions), time.monotonic() - t0)
@@ -91,6 +96,8 @@ class ReplicaManager:
         alter = self.alter_partitions.submit if self.alter_partitions is not None else None
         part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm, topic_id=t.topic_id,
                          alter_isr=alter)
+        if self.remote_wal is not None:
+            part.wal = PartitionWal(self.remote_wal, plog.dir)
         self.partitions[(t.name, p)] = part
         return part
 
@@ -142,7 +149,10 @@ class ReplicaManager:
             self.fetchers.unfollow(topic, index)
         part = self.partitions.pop((topic, index), None)
         if part is not None:
+            part.closed = True
             part.fail_waiters()
+            if part.wal is not None:
+                part.wal.close()
             part.log.delete()
         shutil.rmtree(self.log_dir / f"{topic}-{index}", ignore_errors=True)
 

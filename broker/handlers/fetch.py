@@ -15,6 +15,7 @@ from broker.current_leader import current_leaders
 from protocol import kio_codec
 from protocol.wire import I16, I32, I64, array_len, leader_id_and_epoch, node_endpoints, string, tagged_fields
 from protocol.errors import ApiError, ErrorCode
+from protocol.replica_fetch import WAL_POINTERS_TAG, encode_wal_pointers
 
 API_KEY = 1
 VERSIONS = (0, 16)
@@ -28,7 +29,7 @@ _NULL_UUID = b"\x00" * 16
 class _Wanted:
     """One partition a fetch asks for: key is (topic name or topic id, partition)."""
     __slots__ = ("key", "topic", "index", "fetch_offset", "max_bytes", "leader_epoch", "sp", "part", "error",
-                 "remote", "last_fetched_epoch", "diverging")
+                 "remote", "last_fetched_epoch", "diverging", "pointers")
 
     def __init__(self, key, topic, index, fetch_offset, max_bytes, leader_epoch, sp=None, last_fetched_epoch=-1):
         self.key, self.topic, self.index = key, topic, index
@@ -39,6 +40,7 @@ class _Wanted:
         self.error = 0
         self.remote: asyncio.Task | None = None     # a read from the remote tier (offset below the local log start)
         self.diverging: tuple[int, int] | None = None   # (epoch, end offset) for a follower whose log diverged
+        self.pointers = ()                              # WAL pointers for a follower, instead of records (KIP-1176)
 
 
 def handle(broker, req):
@@ -148,7 +150,8 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
 def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool):
     """A follower's fetch (Kafka's ReplicaManager.fetchMessages with a replica id): no fetch session, reads up to
     the log end, records the follower's fetch offset as its log end offset (the HW and the ISR follow), and answers
-    a follower whose last fetched epoch diverged from our log with `diverging_epoch` instead of records."""
+    a follower whose last fetched epoch diverged from our log with `diverging_epoch` instead of records. For a
+    WAL-enabled partition (KIP-1176) it may answer with pointers into the fast store instead of records."""
     _resolve(broker, wanted, by_id)
     now = time.monotonic()
     for w in wanted:
@@ -161,21 +164,42 @@ def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool)
                 w.diverging = (epoch, end)
                 continue
         part.update_follower_fetch_state(replica_id, w.fetch_offset, now)
-    results, total = _read_all(wanted, body.max_bytes, replica=True)
     max_wait = body.max_wait.total_seconds()
-    if max_wait <= 0 or total >= body.min_bytes or any(w.error or w.diverging for w in wanted) or not wanted:
+
+    def answer():
+        _count_replication_bytes(broker, replica_id, results)
         return _finish(broker, version, 0, wanted, results, False, False, by_id)
+
+    results, total = _read_all(wanted, body.max_bytes, replica=replica_id, now=now)
+    if max_wait <= 0 or total >= body.min_bytes or any(w.error or w.diverging for w in wanted) or not wanted:
+        return answer()
 
     async def wait():
         # Read again before parking: an append that came between this handler's return and this coroutine's first
         # step woke nobody (the waiter was not registered yet), and the fetch would sit out replica.fetch.wait.max.ms.
-        results, total = _read_all(wanted, body.max_bytes, replica=True)
-        if total < body.min_bytes:
-            await broker.replicas.wait_for_data([w.part for w in wanted if w.part is not None], max_wait)
+        # A WAL partition wakes on appends and on published uploads: park again until there is something to send.
+        nonlocal results
+        deadline = time.monotonic() + max_wait
+        while True:
+            results, total = _read_all(wanted, body.max_bytes, replica=replica_id, now=time.monotonic())
+            remaining = deadline - time.monotonic()
+            if total >= body.min_bytes or remaining <= 0 or any(w.error for w in wanted):
+                return answer()
+            await broker.replicas.wait_for_data([w.part for w in wanted if w.part is not None], remaining)
             _resolve(broker, wanted, by_id)
-            results, _ = _read_all(wanted, body.max_bytes, replica=True)
-        return _finish(broker, version, 0, wanted, results, False, False, by_id)
     return wait()
+
+
+def _count_replication_bytes(broker, replica_id: int, results) -> None:
+    metrics = broker.wal_metrics
+    if metrics is None:
+        return
+    sent = sum(size for _, size in results)
+    if sent:
+        image = broker.topics.image
+        mine, theirs = image.brokers.get(broker.node_id), image.brokers.get(replica_id)
+        cross = mine is not None and theirs is not None and (mine.rack or "") != (theirs.rack or "")
+        metrics.sent_to_follower(sent, cross)
 
 
 def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
@@ -194,9 +218,10 @@ def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
             w.error = w.part.not_leader_error() or w.part.check_leader_epoch(w.leader_epoch)
 
 
-def _read_all(wanted: list[_Wanted], max_bytes: int, replica: bool = False):
+def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: float = 0.0):
     """Read each partition within the byte budgets. A consumer reads below the high watermark and may start a remote
-    read; a follower (`replica`) reads to the log end, only locally, and nothing where its log diverged."""
+    read; a follower (`replica` >= 0) reads to the log end, only locally, nothing where its log diverged, and may
+    get WAL pointers, whose bytes count against the budgets as records would."""
     results = []
     total = 0
     for w in wanted:
@@ -206,8 +231,12 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, replica: bool = False):
             budget = min(w.max_bytes, max_bytes - total)
             if budget > 0 or total == 0:
                 try:
-                    views, w.remote = w.part.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0),
-                                                  fetch_only_committed=not replica, local_only=replica)
+                    if replica >= 0:
+                        views, w.pointers = w.part.read_for_follower(replica, w.fetch_offset, max(budget, 0),
+                                                                     min_one_message=(total == 0), now=now)
+                        total += sum(p.size for p in w.pointers)
+                    else:
+                        views, w.remote = w.part.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0))
                     if w.remote is not None:
                         size = max(budget, 0)      # a remote read (below the local log start): budget reserved
                 except ApiError as e:
@@ -241,7 +270,8 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
         if tkey not in index:
             index[tkey] = len(topics)
             topics.append((tkey, []))
-        topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, views, size, w.diverging))
+        topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, views, size, w.diverging,
+                                       encode_wal_pointers(part.wal.store_name, w.pointers) if w.pointers else None))
     leaders = current_leaders(broker.topics.image, ((w.key[0], w.index, w.error) for w in wanted)) \
         if version >= 12 and any(w.error for w in wanted) else None
     return _encode(version, 0, sid, topics, read_committed, by_id, leaders)
@@ -261,7 +291,7 @@ def _encode(version: int, error: int, session_id: int, topics, read_committed: b
         else:
             out.append(string(tkey, flexible))
         out.append(array_len(len(parts), flexible))
-        for index, err, hw, lso, log_start, views, size, diverging in parts:
+        for index, err, hw, lso, log_start, views, size, diverging, wal in parts:
             leader = current.get((tkey, index))
             head = I32.pack(index) + I16.pack(err) + I64.pack(hw) + I64.pack(lso)
             if version >= 5:
@@ -282,6 +312,8 @@ def _encode(version: int, error: int, session_id: int, topics, read_committed: b
                     tags[0] = I32.pack(diverging[0]) + I64.pack(diverging[1]) + b"\x00"
                 if leader is not None:       # CurrentLeader (KIP-595, KIP-951)
                     tags[1] = leader_id_and_epoch(*leader)
+                if wal is not None:          # WAL pointers for a follower (KIP-1176, protocol/replica_fetch.py)
+                    tags[WAL_POINTERS_TAG] = wal
                 out.append(tagged_fields(tags) if tags else b"\x00")
         if flexible:
             out.append(b"\x00")

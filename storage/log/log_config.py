@@ -43,6 +43,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
     TopicConfigDef("remote.storage.enable", "remote.storage.enable", bool, False),
     TopicConfigDef("remote.log.copy.disable", "remote.log.copy.disable", bool, False),
     TopicConfigDef("remote.log.delete.on.disable", "remote.log.delete.on.disable", bool, False),
+    TopicConfigDef("remote.wal.enable", "remote.wal.enable", bool, False),      # KIP-1176 (Strata)
     TopicConfigDef("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", float, 0.5),
     TopicConfigDef("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", int, 0),
     TopicConfigDef("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", int, LONG_MAX),
@@ -117,6 +118,7 @@ class LogConfig:
     remote_storage_enable: bool = False
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False
+    remote_wal_enable: bool = False
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX

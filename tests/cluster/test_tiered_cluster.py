@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from tests.cluster.conftest import Cluster, stop_and_check
-from tests.cluster.test_cluster import consume_all
+from tests.cluster.helpers import consume_all
 
 SEGMENT_BYTES = 4096
 TIERED = {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES), "local.retention.bytes": "1"}
