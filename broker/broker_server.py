@@ -130,7 +130,8 @@ class Broker:
         from storage.wal.wal_stores import WalStores
         stores = WalStores(urls, config.wal_store_options(), config.get("broker.rack"))
         self.replicas.remote_wal = RemoteWalManager(config, stores, self.wal_metrics, self.node_id)
-        self.wal_reader = WalReader(stores, self.wal_metrics)
+        self.wal_reader = WalReader(stores, self.wal_metrics,
+                                    timeout=config.get_int("remote.wal.follower.stall.timeout.ms") / 1000)
         log.info("WAL replication on: uploads to fast store %r (%s)", stores.local_name, urls[stores.local_name])
 
     async def _produce_to_leader(self, leader_id: int, topic: str, partition: int, batch: bytes) -> int:

@@ -291,7 +291,8 @@ class Partition:
         instead of records where the pointer file has them, nothing while the range is still being uploaded, and
         records otherwise (replication/remote_wal.py says when)."""
         wal = self.wal
-        if wal is not None and self.log.config.remote_wal_enable and self.is_leader:
+        if wal is not None and self.log.config.remote_wal_enable and self.is_leader and \
+                fetch_offset >= self.log.local_log_start_offset:
             what, pointers = wal.serve(replica_id, fetch_offset, max(max_bytes, 1), now)
             if what != "records":
                 return (), pointers

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from protocol.replica_fetch import RemotePointer
 from storage.objectstore.object_store import ObjectStoreError
 from storage.wal import wal_object
-from storage.wal.wal_pointers import WalPointer, WalPointerIndex
+from storage.wal.wal_pointers import FILE_NAME, WalPointer, WalPointerIndex
 
 log = logging.getLogger("strata.remote_wal")
 
@@ -61,26 +61,42 @@ def object_key(node_id: int, upload_id: int) -> str:
 
 
 class PartitionWal:
-    """One led partition's WAL state: its pointer file, how far its uploads have been resolved, and which
+    """One partition's WAL state while this broker leads it: its pointer file (opened on the first upload, so
+    partitions that never lead with WAL on cost no file), how far its uploads have been resolved, and which
     followers are stuck on pointers."""
-    __slots__ = ("manager", "pointers", "leader_start", "resolved_end", "_stalls")
+    __slots__ = ("manager", "dir", "_pointers", "leader_start", "resolved_end", "_stalls")
 
     def __init__(self, manager: "RemoteWalManager", dir):
         self.manager = manager
-        self.pointers = WalPointerIndex(dir)
+        self.dir = dir
+        self._pointers: WalPointerIndex | None = None
+        (dir / FILE_NAME).unlink(missing_ok=True)     # an earlier run's: its leadership is over
         self.leader_start = 1 << 62      # appends from here on are uploaded (our log end when we became leader)
         self.resolved_end = 1 << 62      # every upload holding offsets below this one is finished, well or not
         self._stalls: dict[int, tuple[int, float]] = {}
 
-    def became_leader(self, log_end: int) -> None:
-        self.pointers.clear()
-        self.leader_start = self.resolved_end = log_end
+    @property
+    def pointers(self) -> WalPointerIndex:
+        if self._pointers is None:
+            self._pointers = WalPointerIndex(self.dir)
+        return self._pointers
+
+    def _reset(self, start: int) -> None:
+        if self._pointers is not None:
+            self._pointers.clear()
+        self.leader_start = self.resolved_end = start
         self._stalls = {}
 
+    def became_leader(self, log_end: int) -> None:
+        self._reset(log_end)
+
     def became_follower(self) -> None:
-        self.pointers.clear()
-        self.leader_start = self.resolved_end = 1 << 62
-        self._stalls = {}
+        self._reset(1 << 62)
+
+    @property
+    def store_name(self) -> str:
+        """The fast store this broker uploads to (its rack's): what its pointers name."""
+        return self.manager.stores.local_name
 
     def serve(self, replica_id: int, offset: int, max_bytes: int, now: float) -> tuple[str, list]:
         """What a follower fetching from `offset` gets: (POINTERS, pointers), (RECORDS, []) or (WAIT, [])."""
@@ -90,7 +106,11 @@ class PartitionWal:
         stall = self._stalls.get(replica_id)
         if stall is not None and stall[0] == offset and now - stall[1] > m.stall_timeout:
             return RECORDS, []                   # it got these pointers and could not use them
-        found = self.pointers.from_offset(offset, max_bytes)
+        found = []
+        if self._pointers is not None and len(self._pointers):
+            if self._pointers.first().upload_id < m.oldest_live_upload:
+                self._pointers.drop_below_upload(m.oldest_live_upload)      # their objects were collected
+            found = self._pointers.from_offset(offset, max_bytes)
         if found:
             if stall is None or stall[0] != offset:
                 self._stalls[replica_id] = (offset, now)
@@ -101,11 +121,6 @@ class PartitionWal:
             return RECORDS, []                   # a failed upload's range, or pointers already collected
         return WAIT, []
 
-    @property
-    def store_name(self) -> str:
-        """The fast store this broker uploads to (its rack's): what its pointers name."""
-        return self.manager.stores.local_name
-
     def published(self, p: WalPointer) -> None:
         self.pointers.append(p)
         self.resolved_end = max(self.resolved_end, p.last_offset + 1)
@@ -114,13 +129,14 @@ class PartitionWal:
         self.resolved_end = max(self.resolved_end, last_offset + 1)
 
     def close(self) -> None:
-        self.pointers.close()
+        if self._pointers is not None:
+            self._pointers.close()
 
 
 @dataclass
 class _Upload:
     upload_id: int
-    chunks: list                              # (part, epoch, base, last, data)
+    chunks: list | dict                       # (part, epoch, base, last, data); once published, what the ISR needs
     created: float = field(default_factory=time.time)
     size: int = 0
     entries: list = field(default_factory=list)   # WalChunk, after build
@@ -269,18 +285,27 @@ class RemoteWalManager:
                     pw.failed(last)
                 part.wake_waiters()
             if up.ok:
-                up.chunks = [(c[0], c[1], c[3]) for c in up.chunks]     # keep (part, epoch, last) for the GC
+                needed: dict = {}                  # part -> (epoch, last offset): what the ISR must have
+                for part, epoch, _, last, _ in up.chunks:
+                    needed[part] = (epoch, last)
+                up.chunks = needed
                 self._live.append(up)
             else:
-                up.chunks = []
+                up.chunks = {}
 
     # ---- garbage collection ----------------------------------------------------------------------------------
-    def _deletable(self, up: _Upload, now: float) -> bool:
-        if now - up.created < self.retention:
-            return False
-        for part, epoch, last in up.chunks:
+    @property
+    def oldest_live_upload(self) -> int:
+        """Pointers to uploads below this id name collected objects."""
+        return self._live[0].upload_id if self._live else self._last_id + 1
+
+    def _isr_has(self, up: _Upload) -> bool:
+        """Whether every partition of `up` has it below its high watermark or is no longer led here at that
+        epoch; the partitions that do are forgotten, so an upload holds references only until the ISR has it."""
+        for part, (epoch, last) in list(up.chunks.items()):
             if part.is_leader and part.leader_epoch == epoch and not part.closed and part.high_watermark <= last:
                 return False
+            del up.chunks[part]
         return True
 
     async def _collect(self) -> None:
@@ -295,12 +320,16 @@ class RemoteWalManager:
                 log.exception("WAL garbage collection failed")
 
     async def collect_once(self) -> int:
+        """Delete, oldest first, the objects whose retention time has passed and whose partitions' ISRs have them."""
         now = time.time()
         self.metrics.stored(sum(u.size for u in self._live), (now - self._stored_at) / 3600)
         self._stored_at = now
+        for up in self._live:
+            if up.chunks:
+                self._isr_has(up)
         deleted = 0
         store = self.stores.local
-        while self._live and self._deletable(self._live[0], now):
+        while self._live and now - self._live[0].created >= self.retention and not self._live[0].chunks:
             up = self._live[0]
             try:
                 await store.delete(object_key(self.node_id, up.upload_id))
@@ -310,10 +339,6 @@ class RemoteWalManager:
                 break
             self._live.pop(0)
             deleted += 1
-            floor = self._live[0].upload_id if self._live else self._last_id + 1
-            for part, epoch, _ in up.chunks:
-                if part.wal is not None and part.is_leader and part.leader_epoch == epoch and not part.closed:
-                    part.wal.pointers.drop_below_upload(floor)
         return deleted
 
     async def _delete_earlier_incarnations(self) -> None:

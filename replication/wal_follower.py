@@ -30,8 +30,8 @@ class WalDownloadError(Exception):
 
 
 class WalReader:
-    def __init__(self, stores, metrics, max_concurrency: int = 8):
-        self.stores, self.metrics = stores, metrics
+    def __init__(self, stores, metrics, max_concurrency: int = 8, timeout: float = 5.0):
+        self.stores, self.metrics, self.timeout = stores, metrics, timeout
         self._slots = asyncio.Semaphore(max_concurrency)
 
     async def download(self, store_name: str, pointers) -> list[bytes]:
@@ -47,7 +47,12 @@ class WalReader:
                 last.append(p)
             else:
                 ranges.append([p])
-        datas = await asyncio.gather(*(self._get(store, store_name, r) for r in ranges), return_exceptions=True)
+        try:
+            datas = await asyncio.wait_for(asyncio.gather(*(self._get(store, store_name, r) for r in ranges),
+                                                          return_exceptions=True), self.timeout)
+        except asyncio.TimeoutError:
+            self.metrics.download_errors.labels("timeout").inc()
+            raise WalDownloadError("timeout", f"reading {len(ranges)} range(s) took over {self.timeout:.1f}s") from None
         out = []
         for r, data in zip(ranges, datas):
             if isinstance(data, BaseException):

@@ -21,7 +21,7 @@ WAL = {"remote.wal.enable": "true"}
 
 def wal_cluster(tmp_path: Path, store_url: str | None = None, store_options: dict | None = None,
                 **overrides) -> Cluster:
-    fast = {"remote.wal.storage.url": store_url or f"file://{tmp_path / 'fast'}",
+    fast = {"remote.wal.storage.url": store_url if store_url is not None else f"file://{tmp_path / 'fast'}",
             "remote.wal.follower.stall.timeout.ms": "2000", "remote.wal.upload.timeout.ms": "1000",
             **{"remote.wal.storage." + k.replace("_", "."): str(v) for k, v in (store_options or {}).items()},
             **{k.replace("_", "."): str(v) for k, v in overrides.items()}}
@@ -233,3 +233,24 @@ def test_damaged_object_is_never_appended(tmp_path, topic_name):
     finally:
         stop_and_check(c)
     check_replicas_identical(c, topic_name)
+
+
+def test_each_zone_uploads_to_its_own_store_and_followers_read_the_leaders(tmp_path, topic_name):
+    """One fast store per rack (S3 Express One Zone buckets live in one zone): a leader uploads to its rack's store,
+    and its followers in the other racks download from that store, which the pointers name."""
+    racks = {f"remote_wal_storage_rack_{r}_url": f"file://{tmp_path / ('fast-' + r)}" for r in "abc"}
+    c = wal_cluster(tmp_path, store_url="", **racks)
+    try:
+        create(c, topic_name, configs=WAL)
+        leader = c.leader(topic_name)
+        rack = "abc"[leader - 1]                               # Cluster puts broker i in rack "abc"[i - 1]
+        produce(c.bootstrap, topic_name, 1000)
+        fs = followers(c, topic_name)
+        wait_until(lambda: all(metric(c.brokers[f], "strata_wal_download_bytes_total") >= 1000 * 100 for f in fs))
+        assert wal_objects(tmp_path / f"fast-{rack}")
+        assert not any(wal_objects(tmp_path / f"fast-{r}") for r in "abc" if r != rack)
+        for f in fs:
+            assert metric(c.brokers[f], "strata_wal_store_requests_total", store=rack, operation="get") >= 1
+            assert metric(c.brokers[f], "strata_replication_bytes_in_total") == 0
+    finally:
+        stop_and_check(c)
