@@ -34,6 +34,7 @@ def test_properties_files_describe_the_three_brokers():
         assert p["metadata.log.storage.url"] == "file://./data/cluster/metadata"
         assert p["remote.log.storage.system.enable"] == "true"
         assert p["remote.log.storage.manager.store.url"] == "file://./data/cluster/remote"
+        assert p["remote.wal.storage.url"] == "file://./data/cluster/fast"
         assert (p["default.replication.factor"], p["offsets.topic.replication.factor"],
                 p["min.insync.replicas"]) == ("3", "3", "2")
 
@@ -121,8 +122,8 @@ def test_make_cluster_launcher(tmp_path, topic_name):
         assert any((data / "metadata").iterdir())
         assert (data / "remote").is_dir()
 
-        # replication factor 3, acks=all
-        for f in admin.create_topics([NewTopic(topic_name, 1, 3)]).values():
+        # replication factor 3, acks=all, replicated through the fast store (KIP-1176)
+        for f in admin.create_topics([NewTopic(topic_name, 1, 3, config={"remote.wal.enable": "true"})]).values():
             f.result(timeout=30)
 
         def full_isr():
@@ -137,6 +138,17 @@ def test_make_cluster_launcher(tmp_path, topic_name):
         for i in range(20):
             producer.produce(topic_name, str(i).encode(), on_delivery=lambda e, m: errors.append(e) if e else None)
         assert producer.flush(30) == 0 and errors == []
+        leader = full_isr().leader
+
+        def scrape(node: int, name: str) -> float:
+            with urllib.request.urlopen(f"http://127.0.0.1:{METRICS[node - 1] + off}/metrics", timeout=10) as r:
+                return sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                           if line.startswith(name + " ") or line.startswith(name + "{"))
+        followers = [n for n in (1, 2, 3) if n != leader]
+        _wait(lambda: all(scrape(n, "strata_wal_download_bytes_total") > 0 for n in followers), 30,
+              "followers to download from the fast store", output)
+        assert all(scrape(n, "strata_replication_bytes_in_total") == 0 for n in followers)   # no record bytes
+        assert any((data / "fast" / "wal").rglob("*"))
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic_name}",
                              "auto.offset.reset": "earliest", "enable.auto.commit": False})
         consumer.subscribe([topic_name])
