@@ -72,16 +72,20 @@ def loadavg(below: float = 0.0, max_wait: float = 0.0) -> float:
     return load
 
 
-def create(cluster: Cluster, topic: str, rf: int, configs: dict | None = None) -> None:
+def create(cluster: Cluster, topic: str, rf: int, configs: dict | None = None, partitions: int = 1) -> None:
     admin = cluster.admin()                  # kept alive: a collected AdminClient fails its pending futures
-    admin.create_topics([NewTopic(topic, 1, rf, config=configs or {})])[topic].result(timeout=30)
-    cluster.wait_for_isr(topic, rf)
+    admin.create_topics([NewTopic(topic, partitions, rf, config=configs or {})])[topic].result(timeout=30)
+    for p in range(partitions):
+        cluster.wait_for_isr(topic, rf, p)
 
 
 # ---- 1. produce --------------------------------------------------------------------------------------------------
-def produce(cluster: Cluster, case: str, topic: str, n: int, size: int, timeout: float) -> dict:
-    rf, conf = CASES[case]
-    create(cluster, topic, rf)
+def produce(cluster: Cluster, case: str, topic: str, n: int, size: int, timeout: float, *,
+            rf_conf: tuple | None = None, configs: dict | None = None, partitions: int = 1) -> dict:
+    """`case` names the replication factor and producer settings (CASES, or `rf_conf`); `configs` are the topic's;
+    with several `partitions` the producer spreads the messages round-robin over them."""
+    rf, conf = rf_conf or CASES[case]
+    create(cluster, topic, rf, configs, partitions)
     value = os.urandom(size)
     p = Producer({"bootstrap.servers": cluster.bootstrap, **CLIENT_CONF, **conf})
     for _ in range(500):                              # warm-up: connections, metadata, producer id
@@ -103,7 +107,7 @@ def produce(cluster: Cluster, case: str, topic: str, n: int, size: int, timeout:
     for i in range(n):
         while True:
             try:
-                p.produce(topic, value, on_delivery=make_cb(now()))
+                p.produce(topic, value, partition=i % partitions, on_delivery=make_cb(now()))
                 break
             except BufferError:
                 p.poll(0.001)
