@@ -207,11 +207,11 @@ class Broker:
         self.replicas.startup()
         self.controller.add_publisher(MetadataPublisher(self.replicas, self.groups))
         self.replicas.start_background()
+        if self.replicas.remote_wal is not None:
+            self.replicas.remote_wal.start()
         self._start_metrics()
 
     def _start_internal_users(self) -> None:
-        if self.replicas.remote_wal is not None:
-            self.replicas.remote_wal.start()
         if self.remote_log_manager is not None:
             self.remote_log_manager.startup()
             self.remote_log_manager.start_background()

@@ -256,9 +256,12 @@ class Partition:
         result = self.log.append_as_leader(records, headers, self.leader_epoch)
         if result.error_code == 0 and not result.duplicate:
             if self.wal is not None and self.log.config.remote_wal_enable:
-                size = sum(h.size for h in headers)       # the batches as written, offsets and epoch assigned
-                self.wal.manager.add(self, self.leader_epoch, result.base_offset, result.last_offset,
-                                     bytes(memoryview(records)[:size]))
+                if len(self.replicas) > 1:
+                    size = sum(h.size for h in headers)   # the batches as written, offsets and epoch assigned
+                    self.wal.manager.add(self, self.leader_epoch, result.base_offset, result.last_offset,
+                                         bytes(memoryview(records)[:size]))
+                else:                                     # no follower to read it: a later one gets records
+                    self.wal.failed(result.last_offset)
             self.maybe_increment_high_watermark()
             self.wake_waiters()
         return result
