@@ -4,6 +4,11 @@ The broker registers with a new incarnation id at every start and gets its broke
 `broker.heartbeat.interval.ms` with the metadata offset it has applied, which unfences it once it has caught up. A
 heartbeat answered STALE_BROKER_EPOCH (the controller no longer knows this registration) registers again. On a
 clean stop it asks for a controlled shutdown: the controller fences it and moves its leaderships away first.
+
+Each request waits at most half of `broker.session.timeout.ms` (KAFKA-14392): a heartbeat sent to a controller that
+then stops answering (paused, partitioned) must give up in time to reach its successor before that one's session
+timer fences this broker. Waiting longer got every live broker fenced at a controller failover, and with them the
+whole ISR of the partitions the old controller led.
 """
 from __future__ import annotations
 
@@ -21,10 +26,11 @@ BROKER_REGISTRATION, BROKER_HEARTBEAT = 62, 63
 
 class BrokerLifecycle:
     def __init__(self, node_id: int, channel, topics, *, cluster_id: str, rack: str | None,
-                 endpoint: tuple[str, int], heartbeat_interval_ms: int = 2000):
+                 endpoint: tuple[str, int], heartbeat_interval_ms: int = 2000, session_timeout_ms: int = 9000):
         self.node_id, self.channel, self.topics = node_id, channel, topics
         self.cluster_id, self.rack, self.endpoint = cluster_id, rack, endpoint
         self.interval = heartbeat_interval_ms / 1000
+        self.request_timeout = session_timeout_ms / 2000
         self.incarnation_id = uuid.uuid4().hex
         self.broker_epoch = -1
         self.fenced = True
@@ -41,7 +47,7 @@ class BrokerLifecycle:
             "incarnation_id": uuid.UUID(self.incarnation_id),
             "listeners": [{"name": "PLAINTEXT", "host": self.endpoint[0], "port": self.endpoint[1],
                            "security_protocol": 0}],
-            "features": [], "rack": self.rack}, timeout=max(self.interval * 2, 5))
+            "features": [], "rack": self.rack}, timeout=self.request_timeout)
         if resp.error_code:
             raise ControllerUnavailable(f"registration refused: {resp.error_code.name}")
         self.broker_epoch = resp.broker_epoch
@@ -52,7 +58,7 @@ class BrokerLifecycle:
         return await self.channel.send(BROKER_HEARTBEAT, 0, {
             "broker_id": self.node_id, "broker_epoch": self.broker_epoch,
             "current_metadata_offset": self.topics.image.offset, "want_fence": False,
-            "want_shut_down": want_shut_down}, timeout=max(self.interval * 2, 5))
+            "want_shut_down": want_shut_down}, timeout=self.request_timeout)
 
     async def _run(self) -> None:
         while self._task is not None:

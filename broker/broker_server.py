@@ -95,7 +95,8 @@ class Broker:
             self.lifecycle = BrokerLifecycle(self.node_id, self.controller_channel, self.topics,
                                              cluster_id=self.cluster_id, rack=config.get("broker.rack") or None,
                                              endpoint=config.advertised,
-                                             heartbeat_interval_ms=config.get_int("broker.heartbeat.interval.ms"))
+                                             heartbeat_interval_ms=config.get_int("broker.heartbeat.interval.ms"),
+                                             session_timeout_ms=config.get_int("broker.session.timeout.ms"))
             self.replicas.fetchers = ReplicaFetcherManager(FetchSettings.from_config(config), self.replicas,
                                                            self._endpoint_of, self.wal_reader, self.wal_metrics)
             self.replicas.alter_partitions = AlterPartitionManager(self.node_id, lambda: self.lifecycle.broker_epoch,

@@ -55,6 +55,15 @@ class ObjectStoreController:
     def epoch(self) -> int:
         return self._image.controller_epoch
 
+    @property
+    def acting(self) -> bool:
+        """Whether this node may answer as the active controller now: it holds the lease and, by its own clock, the
+        lease has not lapsed. `active` alone is not enough: a controller paused past the lease (SIGSTOP, a long GC)
+        wakes up with `active` still set until its loop next tries to renew, and in that window it would answer
+        heartbeats from its stale image, telling its own broker it was unfenced when the new controller had fenced
+        it. Kafka's controller answers NOT_CONTROLLER once it is no longer the Raft leader; so does this one."""
+        return self.active and self.lease.valid()
+
     def add_publisher(self, publisher: Publisher) -> None:
         self._publishers.append(publisher)
 
@@ -62,7 +71,7 @@ class ObjectStoreController:
         """Append `records` as one batch and publish the image; NotControllerError unless this node is the active
         controller, ValueError if they do not apply to the current image (nothing is written)."""
         async with self._lock:
-            if not (self.active and self.lease.valid()):
+            if not self.acting:
                 raise NotControllerError(f"node {self.node_id} is not the active controller "
                                          f"(controller {self._image.controller_id})")
             try:

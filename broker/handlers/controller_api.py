@@ -1,6 +1,7 @@
 """Shared by the controller's APIs (registration, heartbeat, AlterPartition, AllocateProducerIds): only the active
 controller answers them; any other node, or one that loses the role meanwhile, answers NOT_CONTROLLER so the
-sender looks the controller up again. Not a handler itself (no API_KEY): the loader skips it."""
+sender looks the controller up again. "Active" means `acting`: holding a lease that has not lapsed by this node's own
+clock, so a controller woken from a pause never answers from the image it had before it. Not a handler itself (no API_KEY): the loader skips it."""
 from __future__ import annotations
 
 import logging
@@ -17,7 +18,7 @@ def serve(broker, api_key: int, version: int, answer, refusal: dict):
 
     async def run():
         body = None
-        if control is not None and broker.controller.active:
+        if control is not None and broker.controller.acting:
             try:
                 body = await answer(control)
             except NotControllerError:

@@ -383,8 +383,14 @@ class Log:
     def truncate_to(self, offset: int) -> bool:
         """Remove everything at and beyond `offset` (a follower's divergent tail, KIP-101/279). Whole batches go;
         segments above it are deleted, indexes, producer state and the leader-epoch cache follow, and the high
-        watermark never stays above the new end. Returns True if anything was removed."""
+        watermark never stays above the new end. Returns True if anything was removed.
+
+        Truncating at or beyond the end removes no record but still drops leader-epoch entries that start at the
+        end, as Kafka's UnifiedLog.truncateTo does: a broker made leader that appended nothing before losing the
+        role has its epoch's start at its log end; left there, every fetch sends that epoch as last_fetched_epoch,
+        the leader answers the same diverging epoch, and the follower loops without ever fetching a record."""
         if offset >= self.log_end_offset:
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(max(offset, self.log_start_offset))

@@ -79,6 +79,19 @@ class AckedProducer:
             time.sleep(0.05)
 
 
+def read_back_once_in_order(cluster, topic_name: str, prod: AckedProducer) -> None:
+    """Every record `prod` got acknowledged is read back exactly once, at its acknowledged offset, in order."""
+    assert prod.failed == 0
+    got = consume_all(cluster.bootstrap, topic_name, len(prod.acked))
+    offsets = [m.offset() for m in got]
+    assert offsets == sorted(offsets)                                       # in order
+    seen = {int(m.value()): m.offset() for m in got}
+    assert len(seen) == len(got)                                            # no duplicates
+    missing = [v for v in prod.acked if v not in seen]
+    assert missing == [], f"{len(missing)} acknowledged records lost, first {missing[:5]}\n{cluster.logs()}"
+    assert all(seen[v] == off for v, off in prod.acked.items())            # at the acknowledged offset
+
+
 def kill_leaders(cluster, topic_name: str, rounds: int, configs: dict | None = None) -> None:
     """kill -9 of the leader `rounds` times under acks=all produce; then nothing acknowledged may be missing,
     duplicated, out of order or at another offset."""
@@ -92,15 +105,7 @@ def kill_leaders(cluster, topic_name: str, rounds: int, configs: dict | None = N
             cluster.brokers[leader].start()
             cluster.wait_for_isr(topic_name, 3)      # the returning broker catches up and rejoins
             prod.wait_for_more(100)
-    assert prod.failed == 0
-    got = consume_all(cluster.bootstrap, topic_name, len(prod.acked))
-    offsets = [m.offset() for m in got]
-    assert offsets == sorted(offsets)                                       # in order
-    seen = {int(m.value()): m.offset() for m in got}
-    assert len(seen) == len(got)                                            # no duplicates
-    missing = [v for v in prod.acked if v not in seen]
-    assert missing == [], f"{len(missing)} acknowledged records lost, first {missing[:5]}\n{cluster.logs()}"
-    assert all(seen[v] == off for v, off in prod.acked.items())            # at the acknowledged offset
+    read_back_once_in_order(cluster, topic_name, prod)
 
 
 def replica_contents(cluster, topic: str) -> dict[int, list[tuple[int, bytes]]]:

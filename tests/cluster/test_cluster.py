@@ -9,7 +9,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
 
 from moto_server import moto_server  # noqa: F401  (fixture)
-from tests.cluster.helpers import consume_all, create, kill_leaders, replica_contents
+from tests.cluster.helpers import AckedProducer, consume_all, create, kill_leaders, read_back_once_in_order, replica_contents
 from tests.integration.helpers import records
 
 
@@ -356,3 +356,76 @@ def test_not_leader_answers_name_the_current_leader(cluster, topic_name):
         p = resp.responses[0].partitions[0]
         assert p.error_code == 6 and p.current_leader.leader_id == part.leader
         assert [n.node_id for n in resp.node_endpoints] == [part.leader]
+
+
+def _seen_by(cluster, broker_id: int, topic: str):
+    """(controller id, partition 0 of `topic`) as broker `broker_id` sees them (a paused broker is not asked)."""
+    from confluent_kafka.admin import AdminClient
+    md = AdminClient({"bootstrap.servers": cluster.brokers[broker_id].bootstrap}).list_topics(topic, timeout=5)
+    return md.controller_id, md.topics[topic].partitions[0]
+
+
+def _fenced_for_silence(cluster, broker_id: int) -> int:
+    """How often a controller fenced `broker_id` for missing heartbeats, as its logs say."""
+    return sum(b.log_text().count(f"broker {broker_id} fenced: no heartbeat") for b in cluster.brokers.values())
+
+
+def pause_the_leader(cluster, topic_name: str, controller_too: bool) -> None:
+    """SIGSTOP the leader of an RF=3 acks=all topic (also the active controller if `controller_too`) for longer
+    than broker.session.timeout.ms while a producer keeps writing: leadership (and the controller) move; after
+    SIGCONT the woken broker must find the new controller, get unfenced, truncate what it alone had and rejoin the
+    ISR within seconds, and every acknowledged record is read back once, in order."""
+    import signal
+    from tests.integration.helpers import wait_until
+    controller = cluster.admin().list_topics(timeout=10).controller_id
+    paused = controller if controller_too else next(i for i in sorted(cluster.brokers) if i != controller)
+    others = [i for i in sorted(cluster.brokers) if i != paused]
+    admin = cluster.admin()
+    for f in admin.create_topics([NewTopic(topic_name, 1, replica_assignment=[[paused, *others]])]).values():
+        f.result(timeout=30)
+    cluster.wait_for_isr(topic_name, 3)
+    assert cluster.leader(topic_name) == paused
+    silent = {i: _fenced_for_silence(cluster, i) for i in cluster.brokers}
+    with AckedProducer(cluster.bootstrap, topic_name) as prod:
+        prod.wait_for_more(200)
+        cluster.brokers[paused].proc.send_signal(signal.SIGSTOP)
+        try:
+            def moved():
+                try:
+                    ctl, p = _seen_by(cluster, others[0], topic_name)
+                except Exception:
+                    return False
+                return p.leader not in (-1, paused) and paused not in p.isrs and \
+                    (ctl not in (-1, paused) if controller_too else True)
+            wait_until(moved, timeout=30, interval=0.2, what="leadership (and the controller) to move")
+        finally:
+            cluster.brokers[paused].proc.send_signal(signal.SIGCONT)
+        woke = time.monotonic()
+
+        def rejoined():
+            try:
+                ctl, p = _seen_by(cluster, others[0], topic_name)
+            except Exception:
+                return False
+            return ctl not in (-1, paused) and len(p.isrs) == 3 and p.leader != paused
+        wait_until(rejoined, timeout=20, interval=0.2, what=f"broker {paused} to rejoin the ISR")
+        print(f"broker {paused} rejoined the ISR {time.monotonic() - woke:.1f}s after SIGCONT")
+        wait_until(lambda: _seen_by(cluster, paused, topic_name)[1].leader not in (-1, paused), timeout=10,
+                   interval=0.2, what=f"broker {paused} to follow the new leader")
+        prod.wait_for_more(200)
+    # only the paused broker lost its session: the others reached the new controller in time (KAFKA-14392)
+    assert {i: _fenced_for_silence(cluster, i) for i in others} == {i: silent[i] for i in others}
+    read_back_once_in_order(cluster, topic_name, prod)
+
+
+@pytest.mark.parametrize("controller_too", [True, False], ids=["leader-and-controller", "leader-only"])
+def test_a_paused_leader_wakes_up_fenced(tmp_path, topic_name, controller_too):
+    """Two rounds, each on a new topic led by the broker that is paused (the active controller of the moment if
+    `controller_too`)."""
+    from tests.cluster.conftest import Cluster, stop_and_check
+    c = Cluster(tmp_path, 3).start()
+    try:
+        for round_ in range(2):
+            pause_the_leader(c, f"{topic_name}-{round_}", controller_too)
+    finally:
+        stop_and_check(c)

@@ -178,6 +178,37 @@ async def test_failover_fences_the_deposed_controller_and_followers_apply_in_ord
         await c.stop()
 
 
+async def test_a_controller_past_its_lease_answers_not_controller_before_its_loop_notices(store):
+    """A paused controller wakes up with `active` still set until its loop runs; in that window it must not answer
+    controller requests (a heartbeat from its stale image said "unfenced" while the new controller had fenced it)."""
+    from types import SimpleNamespace
+    from broker.handlers.controller_api import serve
+    from protocol.client import decode_response
+    c = ObjectStoreController(store, 1, lease_timeout=60.0, poll_interval=0.05)
+    await c.start()
+    await wait_for(lambda: c.active)
+    c._task.cancel()                                       # its loop is not running, as in a paused process
+    clock = Clock()
+    c.lease.clock, c.lease._renewed_sent_at = clock, clock.now
+    assert c.acting
+    answered = []
+
+    async def answer(control):
+        answered.append(control)
+        return {"error_code": 0, "is_caught_up": True, "is_fenced": False, "should_shut_down": False}
+
+    broker = SimpleNamespace(cluster_control=object(), controller=c)
+    refusal = {"is_caught_up": False, "is_fenced": True, "should_shut_down": False}
+    assert decode_response(63, 0, await serve(broker, 63, 0, answer, refusal)).error_code == 0
+    clock.now += 60.0                                      # the lease lapsed while it was not looking
+    assert c.active and not c.acting
+    resp = decode_response(63, 0, await serve(broker, 63, 0, answer, refusal))
+    assert resp.error_code == 41 and resp.is_fenced and len(answered) == 1          # NOT_CONTROLLER, not asked
+    with pytest.raises(NotControllerError):
+        await c.submit(topic("refused"))
+    await c.stop()
+
+
 async def test_clean_stop_hands_over_without_waiting_and_snapshots_bound_the_log(make_store):
     store = make_store()
     c1 = ObjectStoreController(store, 1, lease_timeout=60.0, poll_interval=0.05, snapshot_bytes=200)

@@ -367,6 +367,28 @@ def test_truncation_offset_when_the_follower_knows_the_leaders_epoch(tmp_path):
     assert p.truncate_to(4) and _epochs(p) == [(0, 0), (2, 2)] and p.log_end_offset == 4
 
 
+def test_truncating_at_the_end_drops_an_epoch_that_has_no_record(tmp_path):
+    """A follower that led an epoch without appending (its start is our log end) and follows a leader that never
+    had that epoch: the divergence points at our log end, nothing is removed, but the empty epoch goes (Kafka's
+    UnifiedLog.truncateTo), so that the next fetch sends the epoch the leader knows and gets records."""
+    leader = Partition("t", 0, Log(tmp_path / "L", LogConfig()), local_broker_id=1)
+    follower = Partition("t", 0, Log(tmp_path / "F", LogConfig()), local_broker_id=2)
+    _write(leader, 0, b"a", b"b")
+    _copy_to_follower(leader, follower)
+    follower.make_leader(PartitionImage((2, 1), (2,), 2, 1, 1), now=0.0)     # leads epoch 1 at offset 2, no append
+    _write(leader, 2, b"c")                                                   # the other leads epoch 2 from offset 2
+    assert _epochs(follower) == [(0, 0), (1, 2)]
+    div = _diverging(leader, follower)
+    assert div == (0, 2)
+    offset, complete = truncation_offset(follower, *div)
+    assert (offset, complete) == (2, True)
+    assert not follower.truncate_to(offset)                                  # no record removed...
+    assert _epochs(follower) == [(0, 0)] and follower.log_end_offset == 2    # ...but the empty epoch is gone
+    assert _diverging(leader, follower) is None
+    _copy_to_follower(leader, follower)
+    assert _values(follower) == [b"a", b"b", b"c"]
+
+
 def test_truncation_offset_when_the_follower_lacks_the_leaders_epoch_is_incomplete(tmp_path):
     p = _leader(tmp_path)
     _write(p, 0, b"a")                                                        # epoch 0: 0
