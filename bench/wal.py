@@ -77,15 +77,15 @@ def scrape(ports: list[int]) -> dict[str, float]:
     return out
 
 
-def run_case(cluster, ports, case, rnd, args) -> dict:
+def run_case(cluster, ports, case, parts, rnd, args) -> dict:
     rf_conf, configs = CASES[case]
     before = scrape(ports)
-    r = produce(cluster, case, f"{case}-r{rnd}", args.messages, args.size, args.phase_timeout, rf_conf=rf_conf,
-                configs=configs, partitions=args.partitions)
+    r = produce(cluster, case, f"{case}-p{parts}-r{rnd}", args.messages, args.size, args.phase_timeout,
+                rf_conf=rf_conf, configs=configs, partitions=parts)
     time.sleep(2)                                       # acks=1: let the followers finish
     after = scrape(ports)
     produced = (args.messages + 500) * args.size        # the warm-up went through the same path
-    r.update({k: (after[k] - before[k]) / produced for k in COUNTERS}, round=rnd)
+    r.update({k: (after[k] - before[k]) / produced for k in COUNTERS}, round=rnd, partitions=parts)
     return r
 
 
@@ -128,29 +128,41 @@ def cost_table(m: dict, args) -> str:
 
 
 def report(rows: list[dict], args) -> tuple[str, dict]:
-    m = {c: {k: med([r for r in rows if r["case"] == c], k) for k in
-             ("mb_s", "p50_ms", "p99_ms", "broker_cpu", *COUNTERS)} for c in CASES}
-    lines = ["| Produce (3 brokers, 1 partition, RF=3) | MB/s | p50 ms | p99 ms | Brokers CPU | Record bytes "
-             "leader -> followers per byte produced | WAL PUTs per GB | Bytes downloaded from the store per byte "
-             "produced |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for c in CASES:
-        x = m[c]
-        lines.append(f"| {LABEL[c]} | {x['mb_s']:.1f} | {x['p50_ms']:.1f} | {x['p99_ms']:.1f} | "
-                     f"{100 * x['broker_cpu']:.0f}% | {x['records_out']:.2f} | {x['puts'] * GB:.0f} | "
-                     f"{x['downloaded']:.2f} |")
-    c, w, c1, w1 = m["classic"], m["wal"], m["classic_acks1"], m["wal_acks1"]
-    lines.append(f"| **WAL / classic, acks=all** | **{w['mb_s'] / c['mb_s']:.2f}** | {w['p50_ms'] / c['p50_ms']:.2f}x | "
-                 f"{w['p99_ms'] / c['p99_ms']:.2f}x | | | | |")
-    lines.append(f"| **WAL / classic, acks=1** | {w1['mb_s'] / c1['mb_s']:.2f} | **{w1['p50_ms'] / c1['p50_ms']:.2f}x** | "
-                 f"**{w1['p99_ms'] / c1['p99_ms']:.2f}x** | | | | |")
-    return "\n".join(lines) + "\n\n" + cost_table(m, args), m
+    lines = ["| Produce (3 brokers, RF=3) | MB/s | p50 ms | p99 ms | Brokers CPU | Record bytes leader -> followers "
+             "per byte produced | WAL PUTs per GB | Bytes downloaded from the store per byte produced |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    by_parts = {}
+    for parts in sorted({r["partitions"] for r in rows}):
+        cases = [c for c in CASES if any(r["case"] == c and r["partitions"] == parts for r in rows)]
+        m = by_parts[parts] = {c: {k: med([r for r in rows if r["case"] == c and r["partitions"] == parts], k)
+                                   for k in ("mb_s", "p50_ms", "p99_ms", "broker_cpu", *COUNTERS)} for c in cases}
+        label = f"{parts} partition{'s' if parts > 1 else ''}"
+        for c in cases:
+            x = m[c]
+            lines.append(f"| {label}: {LABEL[c]} | {x['mb_s']:.1f} | {x['p50_ms']:.1f} | {x['p99_ms']:.1f} | "
+                         f"{100 * x['broker_cpu']:.0f}% | {x['records_out']:.2f} | {x['puts'] * GB:.0f} | "
+                         f"{x['downloaded']:.2f} |")
+        for a, b, what, bold in (("wal", "classic", "acks=all", "mb_s"), ("wal_acks1", "classic_acks1", "acks=1",
+                                                                          "p50_ms")):
+            if a in m and b in m:
+                v = {k: m[a][k] / m[b][k] for k in ("mb_s", "p50_ms", "p99_ms")}
+                cell = {k: (f"**{v[k]:.2f}{'x' if k != 'mb_s' else ''}**" if k == bold or (bold == "p50_ms" and
+                        k == "p99_ms") else f"{v[k]:.2f}{'x' if k != 'mb_s' else ''}") for k in v}
+                lines.append(f"| **{label}: WAL / classic, {what}** | {cell['mb_s']} | {cell['p50_ms']} | "
+                             f"{cell['p99_ms']} | | | | |")
+    ref = by_parts[max(by_parts)]
+    text = "\n".join(lines)
+    if "wal" in ref and "classic" in ref:
+        text += "\n\n" + cost_table(ref, args)
+    return text, by_parts
 
 
 def details(rows: list[dict]) -> str:
-    lines = ["| Round | Case | MB/s | p50 / p99 ms | PUTs | GETs per GB |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| Round | Partitions | Case | MB/s | p50 / p99 ms | PUTs per GB | GETs per GB |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        lines.append(f"| {r['round']} | {LABEL[r['case']]} | {r['mb_s']:.1f} | {r['p50_ms']:.1f} / {r['p99_ms']:.1f} | "
-                     f"{r['puts'] * GB:.0f}/GB | {r['gets'] * GB:.0f} |")
+        lines.append(f"| {r['round']} | {r['partitions']} | {LABEL[r['case']]} | {r['mb_s']:.1f} | {r['p50_ms']:.1f} / "
+                     f"{r['p99_ms']:.1f} | {r['puts'] * GB:.0f} | {r['gets'] * GB:.0f} |")
     return "\n".join(lines)
 
 
@@ -159,7 +171,8 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=50_000, help="messages per case and round (50000)")
     ap.add_argument("--size", type=int, default=1024, help="value size in bytes (1024)")
-    ap.add_argument("--partitions", type=int, default=1, help="partitions per topic, produced round-robin (1)")
+    ap.add_argument("--partitions", default="1,12", help="partition counts to run every case with, produced "
+                    "round-robin (1,12)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds, the cases' order rotating (3)")
     ap.add_argument("--max-load", type=float, default=1.0, help="wait for a 1-minute load below this (1.0; 0: no)")
     ap.add_argument("--load-wait", type=float, default=1200.0, help="... but at most this long, s (1200)")
@@ -185,12 +198,13 @@ def main() -> int:
     order = args.cases.split(",")
     try:
         for rnd in range(args.rounds):
-            for case in order[rnd % len(order):] + order[:rnd % len(order)]:
-                if args.settle > 0:
-                    wait_for_quiet(args.settle, threshold=0.3)
-                r = run_case(cluster, ports, case, rnd, args)
-                rows.append(r)
-                print(json.dumps(r), flush=True)
+            for parts in (int(p) for p in args.partitions.split(",")):
+                for case in order[rnd % len(order):] + order[:rnd % len(order)]:
+                    if args.settle > 0:
+                        wait_for_quiet(args.settle, threshold=0.3)
+                    r = run_case(cluster, ports, case, parts, rnd, args)
+                    rows.append(r)
+                    print(json.dumps(r), flush=True)
     finally:
         cluster.stop()
         logs = {i: b.log_text() for i, b in cluster.brokers.items()}
@@ -216,7 +230,8 @@ def main() -> int:
                  f"start, {load1:.2f} at the end.\n**Machine:** {mi['cpus']} cores ({mi['cpu']}), {mi['memory']} "
                  f"RAM, Linux {mi['kernel']}; Python {mi['python']}; confluent-kafka {mi['confluent_kafka']} / "
                  f"librdkafka {mi['librdkafka']}; Strata at {mi['commit']}.\n**Workload:** {args.messages:,} x "
-                 f"{args.size:,} B per case and round, median of {args.rounds} rounds; fast store on the local "
+                 f"{args.size:,} B per case and round, over {args.partitions} partition(s) round-robin, median of "
+                 f"{args.rounds} rounds; fast store on the local "
                  f"filesystem (fsync on).\n\n{text}\n\n"
                  f"<details><summary>Every round</summary>\n\n{details(rows)}\n\n</details>\n{END}")
         write_results(DOC, BEGIN, END, block, "## WAL replication (issue 13)\n\n")
