@@ -109,7 +109,7 @@ def cost_table(m: dict, args) -> str:
             ("leader -> followers, records across zones", gb * m["classic"]["records_out_cross"] * zone,
              gb * m["wal"]["records_out_cross"] * zone),
             ("fast store PUTs", 0.0, puts * p["cost.wal.put.dollars.per.1000"] / 1000),
-            ("fast store GETs", 0.0, gb * m["wal"]["gets"] * p["cost.wal.get.dollars.per.1000"] / 1000),
+            ("fast store GETs", 0.0, gb * GB * m["wal"]["gets"] * p["cost.wal.get.dollars.per.1000"] / 1000),
             ("fast store upload (per GB)", 0.0, gb * m["wal"]["uploaded"] * p["cost.wal.upload.dollars.per.gb"]),
             ("fast store retrieval (per GB)", 0.0,
              gb * m["wal"]["downloaded"] * p["cost.wal.retrieval.dollars.per.gb"]),

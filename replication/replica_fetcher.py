@@ -149,37 +149,40 @@ class ReplicaFetcher:
                 log.info("fetch from broker %d: error %s", self.leader_id, ErrorCode(resp.error_code).name)
                 await asyncio.sleep(self.settings.backoff_ms / 1000)
                 continue
-            downloads = []
+            from_wal = []
             for topic, partitions in resp.responses:
                 for p in partitions:
                     if p.wal_pointers and p.error_code == 0 and p.diverging_epoch is None:
-                        downloads.append(self._from_wal(topic, p))
+                        from_wal.append((topic, p))
                     else:
                         self._process(topic, p)
-            if downloads:
-                await asyncio.gather(*downloads)
+            if from_wal:
+                await self._from_wal(from_wal)
 
-    async def _from_wal(self, topic: str, p) -> None:
-        """KIP-1176: the leader sent pointers into the fast store instead of records; download, check, append.
-        A failure appends nothing; the next fetch asks for the same offset again."""
-        key = (topic, p.partition_index)
-        part = self.replicas.get(topic, p.partition_index)
-        if key not in self.partitions or part is None or part.leader_id != self.leader_id:
-            return
+    async def _from_wal(self, wanted: list) -> None:
+        """KIP-1176: the leader sent pointers into the fast store instead of records; download them all together
+        (one GET per run of neighbouring chunks), check, append. A partition whose download failed appends nothing;
+        its next fetch asks for the same offset again."""
         if self.wal is None:
-            log.warning("%s-%d: leader %d sent WAL pointers but no fast store is configured here (set "
-                        "remote.wal.storage.url)", topic, p.partition_index, self.leader_id)
-            self.partitions[key] = time.monotonic() + self.settings.backoff_ms / 1000
+            log.warning("leader %d sent WAL pointers but no fast store is configured here (set "
+                        "remote.wal.storage.url)", self.leader_id)
+            for topic, p in wanted:
+                self.partitions[(topic, p.partition_index)] = time.monotonic() + self.settings.backoff_ms / 1000
             return
-        try:
-            chunks = await self.wal.download(p.wal_store, p.wal_pointers)
-            if part.closed or part.leader_id != self.leader_id or key not in self.partitions:
-                return
-            append_chunks(part, chunks, p.high_watermark)
-        except (WalDownloadError, ApiError) as e:
-            log.warning("%s-%d: WAL download from leader %d's pointers failed: %s", topic, p.partition_index,
-                        self.leader_id, e)
-            self.partitions[key] = time.monotonic() + min(self.settings.backoff_ms, 200) / 1000
+        results = await self.wal.download_all([(p.wal_store, p.wal_pointers) for _, p in wanted])
+        for (topic, p), result in zip(wanted, results):
+            key = (topic, p.partition_index)
+            part = self.replicas.get(topic, p.partition_index)
+            if key not in self.partitions or part is None or part.closed or part.leader_id != self.leader_id:
+                continue
+            try:
+                if isinstance(result, WalDownloadError):
+                    raise result
+                append_chunks(part, result, p.high_watermark)
+            except (WalDownloadError, ApiError) as e:
+                log.warning("%s-%d: WAL download from leader %d's pointers failed: %s", topic, p.partition_index,
+                            self.leader_id, e)
+                self.partitions[key] = time.monotonic() + min(self.settings.backoff_ms, 200) / 1000
 
     def _process(self, topic: str, p) -> None:
         key = (topic, p.partition_index)

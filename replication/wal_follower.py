@@ -30,55 +30,77 @@ class WalDownloadError(Exception):
 
 
 class WalReader:
+    """Downloads the chunks of one fetch response: the pointers of all its partitions are grouped by object, and
+    ranges of one object that touch or lie within `MAX_GAP` bytes of each other are read with one GET (chunks of
+    many partitions sit side by side in an object, and a GET costs more than reading a few KiB between them)."""
+
+    MAX_GAP = 32 * 1024
+
     def __init__(self, stores, metrics, max_concurrency: int = 8, timeout: float = 5.0):
         self.stores, self.metrics, self.timeout = stores, metrics, timeout
         self._slots = asyncio.Semaphore(max_concurrency)
 
-    async def download(self, store_name: str, pointers) -> list[bytes]:
+    async def download(self, store_name: str, pointers) -> list[memoryview]:
         """The chunks `pointers` name, in order, each checked against its CRC. WalDownloadError on failure."""
+        (result,) = await self.download_all([(store_name, pointers)])
+        if isinstance(result, WalDownloadError):
+            raise result
+        return result
+
+    async def download_all(self, wanted: list[tuple[str, list]]) -> list:
+        """For each (store name, pointers): its chunks in order, or the WalDownloadError that stopped them."""
+        ranges: dict[tuple[str, str], list] = {}          # (store, key) -> [[start, end, [(i, pointer)...]], ...]
+        results: list = [None] * len(wanted)
+        for i, (store_name, pointers) in enumerate(wanted):
+            if store_name not in self.stores.urls:
+                results[i] = WalDownloadError("unknown_store", f"no fast store named {store_name!r} is configured")
+                continue
+            for p in pointers:
+                ranges.setdefault((store_name, p.key), []).append((p.position, i, p))
+        gets = []                                          # (store, key, start, end, [(i, pointer)])
+        for (store_name, key), items in ranges.items():
+            items.sort(key=lambda x: x[0])
+            cur = None
+            for pos, i, p in items:
+                if cur is not None and pos <= cur[3] + self.MAX_GAP:
+                    cur[3] = max(cur[3], pos + p.size)
+                    cur[4].append((i, p))
+                else:
+                    cur = [store_name, key, pos, pos + p.size, [(i, p)]]
+                    gets.append(cur)
         try:
-            store = self.stores.get(store_name)
-        except KeyError:
-            raise WalDownloadError("unknown_store", f"no fast store named {store_name!r} is configured") from None
-        ranges: list[list] = []
-        for p in pointers:
-            last = ranges[-1] if ranges else None
-            if last is not None and last[0].key == p.key and last[-1].position + last[-1].size == p.position:
-                last.append(p)
-            else:
-                ranges.append([p])
-        try:
-            datas = await asyncio.wait_for(asyncio.gather(*(self._get(store, store_name, r) for r in ranges),
+            datas = await asyncio.wait_for(asyncio.gather(*(self._get(*g[:4]) for g in gets),
                                                           return_exceptions=True), self.timeout)
         except asyncio.TimeoutError:
             self.metrics.download_errors.labels("timeout").inc()
-            raise WalDownloadError("timeout", f"reading {len(ranges)} range(s) took over {self.timeout:.1f}s") from None
-        out = []
-        for r, data in zip(ranges, datas):
-            if isinstance(data, BaseException):
-                if isinstance(data, WalDownloadError):
-                    raise data
-                raise WalDownloadError("store", f"reading {r[0].key} failed: {data}") from data
-            view = memoryview(data)
-            pos = 0
-            for p in r:
-                chunk = view[pos:pos + p.size]
+            err = WalDownloadError("timeout", f"reading {len(gets)} range(s) took over {self.timeout:.1f}s")
+            return [r if r is not None else err for r in results]
+        chunks: dict = {}                                  # (i, pointer index in its list) -> chunk
+        for g, data in zip(gets, datas):
+            for i, p in g[4]:
+                if results[i] is not None:
+                    continue
+                if isinstance(data, BaseException):
+                    results[i] = data if isinstance(data, WalDownloadError) else \
+                        WalDownloadError("store", f"reading {p.key} failed: {data}")
+                    continue
+                chunk = memoryview(data)[p.position - g[2]:p.position - g[2] + p.size]
                 if len(chunk) != p.size or not chunk_crc_ok(chunk, p.crc):
                     self.metrics.download_errors.labels("crc").inc()
-                    raise WalDownloadError("crc", f"{p.key} bytes {p.position}..{p.position + p.size} (offsets "
-                                                  f"{p.base_offset}..{p.last_offset}) do not match their CRC")
-                out.append(chunk)
-                pos += p.size
-        return out
+                    results[i] = WalDownloadError("crc", f"{p.key} bytes {p.position}..{p.position + p.size} "
+                                                         f"(offsets {p.base_offset}..{p.last_offset}) do not match "
+                                                         f"their CRC")
+                    continue
+                chunks[(i, id(p))] = chunk
+        return [r if r is not None else [chunks[(i, id(p))] for p in wanted[i][1]] for i, r in enumerate(results)]
 
-    async def _get(self, store, store_name: str, r: list) -> bytes:
-        start, end = r[0].position, r[-1].position + r[-1].size
+    async def _get(self, store_name: str, key: str, start: int, end: int) -> bytes:
         async with self._slots:
             try:
-                data = await store.get(r[0].key, start, end)
+                data = await self.stores.get(store_name).get(key, start, end)
             except (ObjectStoreError, OSError) as e:
                 self.metrics.download_errors.labels("store").inc()
-                raise WalDownloadError("store", f"reading {r[0].key} failed: {e}") from None
+                raise WalDownloadError("store", f"reading {key} failed: {e}") from None
         self.metrics.downloaded(store_name, len(data), 1)
         return data
 

@@ -212,3 +212,24 @@ async def test_reader_checks_crcs_and_coalesces_adjacent_ranges(tmp_path):
         await reader.download("elsewhere", ptrs)
     await stores.close()
     await store.close()
+
+
+async def test_one_get_serves_neighbouring_chunks_of_several_partitions(tmp_path):
+    """Chunks of different partitions that sit side by side in one object come with one GET; a damaged chunk fails
+    only its own partition."""
+    store = LocalObjectStore(tmp_path / "fast", fsync=False)
+    parts, e = wal_object.build([(bytes(16), p, 1, 0, 2, batch(0, 2 + p)) for p in range(3)])
+    await store.put("wal/1/0002", b"".join(parts))
+    metrics = WalMetrics(None)
+    stores = WalStores({"": f"file://{tmp_path / 'fast'}"}, {})
+    reader = WalReader(stores, metrics)
+
+    def ptrs(i, crc_flip=0):
+        return [RemotePointer("wal/1/0002", e[i].position, e[i].size, e[i].crc ^ crc_flip, 0, 2, 1)]
+    got = await reader.download_all([("", ptrs(0)), ("", ptrs(2)), ("", ptrs(1, crc_flip=1)), ("x", ptrs(1))])
+    assert metrics.store_requests.labels("", "get")._value.get() == 1
+    assert [bytes(c) for c in got[0]] == [batch(0, 2)] and [bytes(c) for c in got[1]] == [batch(0, 4)]
+    assert isinstance(got[2], WalDownloadError) and got[2].reason == "crc"
+    assert isinstance(got[3], WalDownloadError) and got[3].reason == "unknown_store"
+    await stores.close()
+    await store.close()
