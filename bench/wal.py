@@ -13,7 +13,7 @@ rotating their order over --rounds, with confluent-kafka as in bench/cluster.py 
 Around each case the brokers' Prometheus counters are read (after a 2 s pause for acks=1 followers to catch up):
 WAL PUTs and GETs, bytes uploaded and downloaded, record bytes leaders sent to followers (all cross-zone here:
 every broker is in its own rack). The cost table applies those per-GB ratios to a reference workload (100 MB/s in,
-RF=3 over three zones, three consumers) at the list prices in replication/wal_metrics.py; the PUT rate is the
+RF=3 over three zones, three consumers) at the list prices in replication/traffic_metrics.py; the PUT rate is the
 combiner's (one object per broker per remote.wal.upload.interval.ms while data flows, more above 8 MiB per
 interval) with leaders spread over three brokers.
 
@@ -40,7 +40,7 @@ from benchdoc import write_results  # noqa: E402
 from cluster import loadavg, produce  # noqa: E402
 from produce_fetch import machine, wait_for_quiet  # noqa: E402
 from replication.remote_wal import WAL_DEFAULTS  # noqa: E402
-from replication.wal_metrics import PRICE_DEFAULTS  # noqa: E402
+from replication.traffic_metrics import PRICE_DEFAULTS  # noqa: E402
 from tests.cluster.conftest import Cluster  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 

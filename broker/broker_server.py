@@ -89,7 +89,9 @@ class Broker:
         self.replicas = ReplicaManager(config, self.topics, create_topic=self.create_internal_topic)
         from prometheus_client import CollectorRegistry
         self.metrics_registry = CollectorRegistry()
-        self.wal_metrics = self.wal_reader = None
+        from replication.traffic_metrics import PRICE_DEFAULTS, TrafficMetrics
+        self.traffic = TrafficMetrics(self.metrics_registry, {k: float(config.get(k)) for k in PRICE_DEFAULTS})
+        self.wal_reader = None
         if self.cluster_mode:
             self._start_wal(config)
             self.lifecycle = BrokerLifecycle(self.node_id, self.controller_channel, self.topics,
@@ -98,7 +100,7 @@ class Broker:
                                              heartbeat_interval_ms=config.get_int("broker.heartbeat.interval.ms"),
                                              session_timeout_ms=config.get_int("broker.session.timeout.ms"))
             self.replicas.fetchers = ReplicaFetcherManager(FetchSettings.from_config(config), self.replicas,
-                                                           self._endpoint_of, self.wal_reader, self.wal_metrics)
+                                                           self._endpoint_of, self.wal_reader, self.traffic)
             self.replicas.alter_partitions = AlterPartitionManager(self.node_id, lambda: self.lifecycle.broker_epoch,
                                                                    self.controller_channel.send)
         # Tiered storage (KIP-405) and the Prometheus endpoint (metrics.port, -1 = off)
@@ -119,10 +121,8 @@ class Broker:
         self._peer_connections: dict[int, BrokerConnection] = {}
 
     def _start_wal(self, config) -> None:
-        """Replication metrics, and with a fast store (remote.wal.storage.url) the WAL combiner of this broker's
-        leaders and the WAL reader of its followers (KIP-1176)."""
-        from replication.wal_metrics import PRICE_DEFAULTS, WalMetrics
-        self.wal_metrics = WalMetrics(self.metrics_registry, {k: float(config.get(k)) for k in PRICE_DEFAULTS})
+        """With a fast store (remote.wal.storage.url): the WAL combiner of this broker's leaders and the WAL reader
+        of its followers (KIP-1176)."""
         urls = config.wal_store_urls()
         if not urls:
             return
@@ -130,8 +130,8 @@ class Broker:
         from replication.wal_follower import WalReader
         from storage.wal.wal_stores import WalStores
         stores = WalStores(urls, config.wal_store_options(), config.get("broker.rack"))
-        self.replicas.remote_wal = RemoteWalManager(config, stores, self.wal_metrics, self.node_id)
-        self.wal_reader = WalReader(stores, self.wal_metrics,
+        self.replicas.remote_wal = RemoteWalManager(config, stores, self.traffic, self.node_id)
+        self.wal_reader = WalReader(stores, self.traffic,
                                     timeout=config.get_int("remote.wal.follower.stall.timeout.ms") / 1000)
         log.info("WAL replication on: uploads to fast store %r (%s)", stores.local_name, urls[stores.local_name])
 

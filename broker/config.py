@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from replication.remote_wal import WAL_DEFAULTS
-from replication.wal_metrics import PRICE_DEFAULTS
+from replication.traffic_metrics import PRICE_DEFAULTS
 from storage.cleaner.cleaner import CLEANER_DEFAULTS
 from storage.log.log_config import LogConfig
 

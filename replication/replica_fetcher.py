@@ -68,7 +68,7 @@ class ReplicaFetcher:
         self.settings = settings
         self.replicas = replicas
         self.wal = wal                    # replication.wal_follower.WalReader: downloads WAL pointers (KIP-1176)
-        self.metrics = metrics            # replication.wal_metrics.WalMetrics
+        self.metrics = metrics            # replication.traffic_metrics.TrafficMetrics
         self.conn = BrokerConnection(*endpoint, client_id=f"strata-replica-{settings.node_id}")
         self.partitions: dict[tuple[str, int], float] = {}      # (topic, index) -> not before (backoff)
         self._wake = asyncio.Event()

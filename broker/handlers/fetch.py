@@ -168,7 +168,7 @@ def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool)
 
     def answer():
         _count_replication_bytes(broker, replica_id, results)
-        return _finish(broker, version, 0, wanted, results, False, False, by_id)
+        return _finish(broker, version, 0, wanted, results, False, False, by_id, consumer=False)
 
     results, total = _read_all(wanted, body.max_bytes, replica=replica_id, now=now)
     if max_wait <= 0 or total >= body.min_bytes or any(w.error or w.diverging for w in wanted) or not wanted:
@@ -191,9 +191,7 @@ def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool)
 
 
 def _count_replication_bytes(broker, replica_id: int, results) -> None:
-    metrics = broker.wal_metrics
-    if metrics is None:
-        return
+    metrics = broker.traffic
     sent = sum(size for _, size in results)
     if sent:
         image = broker.topics.image
@@ -249,7 +247,11 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: flo
     return results, total
 
 
-def _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id):
+def _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, consumer: bool = True):
+    if consumer:
+        sent = sum(size for _, size in results)
+        if sent:
+            broker.traffic.bytes_out.inc(sent)
     topics: list[tuple[object, list]] = []
     index: dict = {}
     for w, (views, size) in zip(wanted, results):

@@ -58,6 +58,7 @@ def handle(broker, req):
     replicas = broker.replicas
     out_topics = []
     delayed = []                 # acks=all appends whose last offset the high watermark has not passed yet
+    appended = 0
     for name, parts in topics:
         topic = broker.topics.get(name) if name is not None else None
         out_parts = []
@@ -86,6 +87,7 @@ def handle(broker, req):
                     result = part.append_records_to_leader(records, headers, acks)
                     err, msg = result.error_code, result.error_message
                     if err == ErrorCode.none:
+                        appended += len(records)
                         base_offset, append_time = result.base_offset, result.log_append_time
                         if acks == -1:
                             fut = part.wait_for_high_watermark(result.last_offset + 1)
@@ -101,6 +103,8 @@ def handle(broker, req):
                     err, msg = ErrorCode.kafka_storage_error, str(e)
             out_parts.append((index, err, base_offset, append_time, log_start, msg, record_errors))
         out_topics.append((name, out_parts))
+    if appended:
+        broker.traffic.bytes_in.inc(appended)
     if acks == 0:
         return None
     if delayed:

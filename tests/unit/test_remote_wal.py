@@ -14,7 +14,7 @@ from protocol.replica_fetch import RemotePointer, decode_fetch_response, decode_
 from protocol.wire import I16, I32, I64, array_len, string, tagged_fields
 from replication.remote_wal import PartitionWal, RemoteWalManager
 from replication.wal_follower import WalDownloadError, WalReader, skip_below
-from replication.wal_metrics import WalMetrics
+from replication.traffic_metrics import TrafficMetrics
 from storage.objectstore.local import LocalObjectStore
 from storage.wal import wal_object
 from storage.wal.wal_pointers import WalPointer, WalPointerIndex
@@ -105,7 +105,7 @@ class _Part:
 
 def _manager(tmp_path, store_dir, **config):
     stores = WalStores({"": f"file://{store_dir}"}, {})
-    return RemoteWalManager(_Config(**config), stores, WalMetrics(None), node_id=4)
+    return RemoteWalManager(_Config(**config), stores, TrafficMetrics(None), node_id=4)
 
 
 async def test_follower_gets_pointers_after_upload_records_before_leadership_and_while_down(tmp_path):
@@ -197,7 +197,7 @@ async def test_reader_checks_crcs_and_coalesces_adjacent_ranges(tmp_path):
     store = LocalObjectStore(tmp_path / "fast", fsync=False)
     parts, entries = wal_object.build([(bytes(16), 0, 1, 0, 2, batch(0)), (bytes(16), 1, 1, 0, 2, batch(0, 5))])
     await store.put("wal/1/0001", b"".join(parts))
-    metrics = WalMetrics(None)
+    metrics = TrafficMetrics(None)
     stores = WalStores({"": f"file://{tmp_path / 'fast'}"}, {})
     reader = WalReader(stores, metrics)
     ptrs = [RemotePointer("wal/1/0001", e.position, e.size, e.crc, e.base_offset, e.last_offset, 1) for e in entries]
@@ -220,7 +220,7 @@ async def test_one_get_serves_neighbouring_chunks_of_several_partitions(tmp_path
     store = LocalObjectStore(tmp_path / "fast", fsync=False)
     parts, e = wal_object.build([(bytes(16), p, 1, 0, 2, batch(0, 2 + p)) for p in range(3)])
     await store.put("wal/1/0002", b"".join(parts))
-    metrics = WalMetrics(None)
+    metrics = TrafficMetrics(None)
     stores = WalStores({"": f"file://{tmp_path / 'fast'}"}, {})
     reader = WalReader(stores, metrics)
 

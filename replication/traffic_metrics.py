@@ -1,5 +1,6 @@
-"""What replication costs, by path (KIP-1176's reason to exist): bytes and requests counted where they happen, and
-an estimate in dollars from configurable list prices, as Prometheus counters.
+"""Where a broker's bytes go, by path (producers in, consumers out, leader to follower, leader to the fast store,
+fast store to follower: KIP-1176's reason to exist), the fast store's requests, and an estimate in dollars from
+configurable list prices, as Prometheus counters.
 
 Defaults are AWS's list prices (us-east-1): cross-zone transfer $0.01/GB each way ($0.02/GB counted once, on the
 sender), S3 Express One Zone PUT $0.00113 and GET $0.00003 per 1,000 requests, upload $0.0032/GB, retrieval
@@ -20,12 +21,17 @@ PRICE_DEFAULTS: dict[str, str] = {
 }
 
 
-class WalMetrics:
+class TrafficMetrics:
     def __init__(self, registry: CollectorRegistry | None, prices: dict[str, float] | None = None):
         reg = registry if registry is not None else CollectorRegistry()
         p = {k: float(v) for k, v in PRICE_DEFAULTS.items()}
         p.update(prices or {})
         self.prices = p
+        self.bytes_in = Counter("kafka_server_brokertopicmetrics_bytes_in", "BytesInPerSec: record bytes appended "
+                                "from producers (all topics)", registry=reg)
+        self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytes_out", "BytesOutPerSec: record bytes sent "
+                                 "to consumers (all topics; followers are counted in strata_replication_bytes_out)",
+                                 registry=reg)
         self.replication_bytes_in = Counter("strata_replication_bytes_in", "record bytes this broker received "
                                             "from leaders as a follower (Kafka's ReplicationBytesInPerSec)",
                                             registry=reg)
