@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchdoc import write_results  # noqa: E402
-from cluster import loadavg, produce  # noqa: E402
-from produce_fetch import machine, wait_for_quiet  # noqa: E402
+from cluster import CLIENT_CONF, create, loadavg, produce  # noqa: E402
+from produce_fetch import machine, percentile, wait_for_quiet  # noqa: E402
 from replication.remote_wal import WAL_DEFAULTS  # noqa: E402
 from replication.traffic_metrics import PRICE_DEFAULTS  # noqa: E402
 from tests.cluster.conftest import Cluster  # noqa: E402
@@ -87,6 +87,38 @@ def run_case(cluster, ports, case, parts, rnd, args) -> dict:
     produced = (args.messages + 500) * args.size        # the warm-up went through the same path
     r.update({k: (after[k] - before[k]) / produced for k in COUNTERS}, round=rnd, partitions=parts)
     return r
+
+
+def paced_latency(cluster, case: str, rnd: int, rate_mb_s: float, seconds: float, size: int) -> dict:
+    """acks=1 latency at a fixed rate well below what the machine can do, so that CPU contention between the three
+    brokers and the client on one machine does not decide it: produce() -> delivery callback, p50/p99."""
+    (rf, conf), configs = CASES[case]
+    topic = f"{case}-paced-r{rnd}"
+    create(cluster, topic, rf, configs)
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": cluster.bootstrap, **CLIENT_CONF, **conf})
+    value = bytes(size)
+    for _ in range(200):
+        p.produce(topic, value)
+    p.flush(30)
+    lat: list[float] = []
+    per_s = rate_mb_s * 1e6 / size
+    start = time.perf_counter()
+    n = 0
+    while (now := time.perf_counter()) - start < seconds:
+        due = start + n / per_s
+        if now < due:
+            p.poll(min(due - now, 0.001))
+            continue
+        t0 = time.perf_counter()
+        p.produce(topic, value, on_delivery=lambda err, _m, t0=t0: lat.append(time.perf_counter() - t0)
+                  if err is None else None)
+        n += 1
+        p.poll(0)
+    p.flush(30)
+    lat.sort()
+    return {"case": case, "round": rnd, "rate_mb_s": rate_mb_s, "messages": n,
+            "p50_ms": 1000 * percentile(lat, 0.5), "p99_ms": 1000 * percentile(lat, 0.99)}
 
 
 def med(rows, key):
@@ -157,6 +189,18 @@ def report(rows: list[dict], args) -> tuple[str, dict]:
     return text, by_parts
 
 
+def paced_table(paced: list[dict]) -> str:
+    m = {c: {k: med([r for r in paced if r["case"] == c], k) for k in ("p50_ms", "p99_ms")}
+         for c in ("classic_acks1", "wal_acks1")}
+    rate = paced[0]["rate_mb_s"]
+    lines = [f"| acks=1 latency at a steady {rate:g} MB/s (1 partition, RF=3) | p50 ms | p99 ms |", "| --- | --- | --- |"]
+    for c in m:
+        lines.append(f"| {LABEL[c]} | {m[c]['p50_ms']:.2f} | {m[c]['p99_ms']:.2f} |")
+    lines.append(f"| **WAL / classic** | **{m['wal_acks1']['p50_ms'] / m['classic_acks1']['p50_ms']:.2f}x** | "
+                 f"**{m['wal_acks1']['p99_ms'] / m['classic_acks1']['p99_ms']:.2f}x** |")
+    return "\n".join(lines)
+
+
 def details(rows: list[dict]) -> str:
     lines = ["| Round | Partitions | Case | MB/s | p50 / p99 ms | PUTs per GB | GETs per GB |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -178,6 +222,8 @@ def main() -> int:
     ap.add_argument("--load-wait", type=float, default=1200.0, help="... but at most this long, s (1200)")
     ap.add_argument("--settle", type=float, default=5.0, help="wait up to this long for an idle machine per case")
     ap.add_argument("--phase-timeout", type=float, default=300.0)
+    ap.add_argument("--paced-rate", type=float, default=10.0, help="MB/s of the paced acks=1 latency runs (10)")
+    ap.add_argument("--paced-seconds", type=float, default=10.0, help="length of each paced run (10)")
     ap.add_argument("--override", action="append", default=[], metavar="K=V", help="a broker setting for all three")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (broker logs)")
@@ -195,6 +241,7 @@ def main() -> int:
         b.overrides["metrics.port"] = str(ports[-1])
     cluster.start()
     rows: list[dict] = []
+    paced: list[dict] = []
     order = args.cases.split(",")
     try:
         for rnd in range(args.rounds):
@@ -205,6 +252,10 @@ def main() -> int:
                     r = run_case(cluster, ports, case, parts, rnd, args)
                     rows.append(r)
                     print(json.dumps(r), flush=True)
+            for case in (("classic_acks1", "wal_acks1") if rnd % 2 == 0 else ("wal_acks1", "classic_acks1")):
+                if args.paced_seconds > 0:
+                    paced.append(paced_latency(cluster, case, rnd, args.paced_rate, args.paced_seconds, args.size))
+                    print(json.dumps(paced[-1]), flush=True)
     finally:
         cluster.stop()
         logs = {i: b.log_text() for i, b in cluster.brokers.items()}
@@ -214,6 +265,8 @@ def main() -> int:
     wall = time.monotonic() - t_start
     load1 = loadavg()
     text, _ = report(rows, args)
+    if paced:
+        text += "\n\n" + paced_table(paced)
     print(text)
     print(details(rows))
     if args.json:
