@@ -76,6 +76,15 @@ def followers(c: Cluster, topic: str) -> list[int]:
     return [i for i in c.brokers if i != leader]
 
 
+def lag_one_follower(c: Cluster, topic: str, n: int) -> int:
+    """Create a WAL topic, stop one of its followers and produce `n` records without it; the follower's id."""
+    create(c, topic, configs=WAL)
+    lagging = followers(c, topic)[0]
+    c.brokers[lagging].stop()
+    produce(c.bootstrap, topic, n)
+    return lagging
+
+
 def check_replicas_identical(c: Cluster, topic: str) -> None:
     copies = {i: log_bytes(b, topic) for i, b in c.brokers.items()}
     assert len(set(copies.values())) == 1, {i: len(v) for i, v in copies.items()}
@@ -173,10 +182,7 @@ def test_fast_store_outage_falls_back_to_records_and_returns(tmp_path, topic_nam
 def test_lagging_follower_catches_up_from_pointers(tmp_path, topic_name):
     c = wal_cluster(tmp_path)
     try:
-        create(c, topic_name, configs=WAL)
-        lagging = followers(c, topic_name)[0]
-        c.brokers[lagging].stop()
-        produce(c.bootstrap, topic_name, 5000)
+        lagging = lag_one_follower(c, topic_name, 5000)
         c.brokers[lagging].start()
         c.wait_for_isr(topic_name, 3)
         b = c.brokers[lagging]
@@ -192,10 +198,7 @@ def test_collected_objects_leave_a_lagging_follower_records_and_nothing_behind(t
     from records. After the topic is deleted no WAL object is left."""
     c = wal_cluster(tmp_path, remote_wal_retention_ms=500, remote_wal_gc_interval_ms=200)
     try:
-        create(c, topic_name, configs=WAL)
-        lagging = followers(c, topic_name)[0]
-        c.brokers[lagging].stop()
-        produce(c.bootstrap, topic_name, 3000)
+        lagging = lag_one_follower(c, topic_name, 3000)
         wait_until(lambda: not wal_objects(tmp_path / "fast"), what="objects to be collected")
         c.brokers[lagging].start()
         c.wait_for_isr(topic_name, 3)
@@ -213,10 +216,7 @@ def test_damaged_object_is_never_appended(tmp_path, topic_name):
     follower stuck on pointers it cannot use, and every copy ends up identical to the leader's."""
     c = wal_cluster(tmp_path)
     try:
-        create(c, topic_name, configs=WAL)
-        lagging = followers(c, topic_name)[0]
-        c.brokers[lagging].stop()
-        produce(c.bootstrap, topic_name, 2000)
+        lagging = lag_one_follower(c, topic_name, 2000)
         objects = wal_objects(tmp_path / "fast")
         assert objects
         for path in objects:                       # flip the last byte of each object: inside its last chunk
