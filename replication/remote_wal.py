@@ -158,6 +158,7 @@ class RemoteWalManager:
         self.retention = g("remote.wal.retention.ms") / 1000
         self.gc_interval = g("remote.wal.gc.interval.ms") / 1000
         self.healthy = True
+        metrics.mode.set(1)
         self._failures = 0
         self._buffer: list = []
         self._buffered = 0

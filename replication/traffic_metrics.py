@@ -53,7 +53,6 @@ class TrafficMetrics:
                                   registry=reg)
         self.mode = Gauge("strata_wal_mode", "1 when this broker's followers get pointers (the fast store is "
                           "healthy), 0 when they get records (fallback to classic replication)", registry=reg)
-        self.mode.set(1)
         self.cost = Counter("strata_cost_dollars", "estimated spend caused by this broker, by item", ["item"],
                             registry=reg)
 
