@@ -1,13 +1,15 @@
-"""`strata broker --config FILE [--override key=value ...]`"""
+"""`strata broker --config FILE [--env-prefix STRATA_] [--override key=value ...] [--print-config]` and
+`strata check --bootstrap HOST:PORT` (an ApiVersions round trip: the container image's health check)."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, env_properties
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,8 +19,30 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--config", help="server.properties-style file")
     b.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value (repeatable)")
+    b.add_argument("--env-prefix", metavar="PREFIX", help="also read settings from environment variables with this "
+                   "prefix, mapped as Kafka's image maps KAFKA_* (STRATA_NODE_ID -> node.id); the file < these < "
+                   "--override")
+    b.add_argument("--print-config", action="store_true", help="print the settings given (not the defaults) and exit")
     b.add_argument("--log-level", default="INFO")
+    c = sub.add_parser("check", help="exit 0 if a broker answers ApiVersions")
+    c.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
+    c.add_argument("--timeout", type=float, default=5.0)
     return p
+
+
+async def _check(bootstrap: str, timeout: float) -> int:
+    from protocol.client import BrokerConnection
+    host, _, port = bootstrap.rpartition(":")
+    conn = BrokerConnection(host or "127.0.0.1", int(port), client_id="strata-check")
+    try:
+        resp = await conn.send(18, 3, {"client_software_name": "strata-check", "client_software_version": "1"},
+                               timeout=timeout)
+        return 0 if resp.error_code == 0 else 1
+    except Exception as e:
+        print(f"strata check: {bootstrap}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        conn.close()
 
 
 async def _run_broker(config: BrokerConfig) -> None:
@@ -36,13 +60,20 @@ async def _run_broker(config: BrokerConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "check":
+        return asyncio.run(_check(args.bootstrap, args.timeout))
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = BrokerConfig.load(args.config, args.override)
+        env = env_properties(dict(os.environ), args.env_prefix) if args.env_prefix else None
+        config = BrokerConfig.load(args.config, args.override, env)
     except (OSError, ValueError) as e:
         print(f"strata: bad configuration: {e}", file=sys.stderr)
         return 2
+    if args.print_config:
+        for k in sorted(config.props):
+            print(f"{k}={config.props[k]}")
+        return 0
     try:
         import uvloop
         uvloop.run(_run_broker(config))

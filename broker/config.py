@@ -94,6 +94,19 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
+def env_properties(environ: dict[str, str], prefix: str = "STRATA_") -> dict[str, str]:
+    """Settings from environment variables, mapped as Apache Kafka's container image maps KAFKA_*: the prefix goes,
+    `___` stands for `-`, `__` for `_` and `_` for `.`, and the name is lower-cased (STRATA_NODE_ID -> node.id,
+    STRATA_REMOTE_WAL_STORAGE_RACK_A_URL -> remote.wal.storage.rack.a.url)."""
+    out = {}
+    for name, value in environ.items():
+        if not name.startswith(prefix) or name == prefix:
+            continue
+        key = name[len(prefix):].replace("___", "\0").replace("__", "\1").replace("_", ".")
+        out[key.replace("\0", "-").replace("\1", "_").lower()] = value
+    return out
+
+
 def _log_defaults(props: dict[str, str]) -> dict[str, str]:
     """Fold Kafka's alternative units (hours/minutes) into the *.ms names the log config reads."""
     d = dict(props)
@@ -112,17 +125,26 @@ class BrokerConfig:
     props: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | None, overrides: list[str] | None = None) -> "BrokerConfig":
+    def load(cls, path: str | None, overrides: list[str] | None = None,
+             env: dict[str, str] | None = None) -> "BrokerConfig":
+        """The file, then `env` (settings from environment variables), then the overrides: later ones win."""
         props: dict[str, str] = {}
         if path:
             props.update(parse_properties(Path(path).read_text()))
+        props.update(env or {})
         for ov in overrides or []:
             if "=" not in ov:
                 raise ValueError(f"--override expects key=value, got {ov!r}")
             k, v = ov.split("=", 1)
             props[k.strip()] = v.strip()
         cfg = cls(props)
-        cfg.log_defaults()  # validate early: a bad log.* value fails at start-up, not at first produce
+        # validate early: a bad value fails at start-up with a message, not as a traceback at first use
+        cfg.log_config()
+        for key in ("node.id", "metrics.port", "broker.session.timeout.ms", "broker.heartbeat.interval.ms"):
+            try:
+                cfg.get_int(key)
+            except ValueError:
+                raise ValueError(f"{key}={cfg.get(key)!r} is not an integer") from None
         return cfg
 
     def get(self, key: str) -> str:

@@ -1,0 +1,109 @@
+"""deploy/docker-compose.yml's topology without a Docker engine: three brokers started through the image's entry
+point (deploy/docker/entrypoint.sh) with exactly the environment the compose file gives them, moto in place of MinIO
+(same bucket roles), loopback ports in place of the published ones. Real clients then use the cluster."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from moto_server import moto_server  # noqa: F401  (fixture)
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def compose_services() -> dict:
+    r = subprocess.run([str(BIN / "docker-compose"), "-f", str(ROOT / "deploy" / "docker-compose.yml"), "config",
+                        "--format", "json"], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(r.stdout)["services"]
+
+
+@pytest.mark.s3
+def test_the_compose_topology_runs_as_processes(tmp_path, moto_server, topic_name):
+    services = compose_services()
+    buckets = {"strata-slow": moto_server.new_bucket(), "strata-fast": moto_server.new_bucket()}
+    ports = {p: free_port() for p in (9092, 9093, 9094, 9101, 9102, 9103)}
+    procs, logs = [], []
+    try:
+        for n in (1, 2, 3):
+            env = dict(services[f"broker-{n}"]["environment"])
+            for k, v in env.items():           # the same settings, pointed at moto and at free loopback ports
+                v = v.replace("http://minio:9000", moto_server.endpoint)
+                for bucket, real in buckets.items():
+                    v = v.replace(f"s3://{bucket}/", f"s3://{real}/")
+                for port, free in ports.items():
+                    v = v.replace(f":{port}", f":{free}")
+                env[k] = v
+            env["STRATA_METRICS_PORT"] = str(ports[int(services[f"broker-{n}"]["environment"]["STRATA_METRICS_PORT"])])
+            env["STRATA_LOG_DIRS"] = str(tmp_path / f"broker-{n}")
+            env["STRATA_ADVERTISED_LISTENERS"] = env["STRATA_ADVERTISED_LISTENERS"].replace("localhost", "127.0.0.1")
+            log = open(tmp_path / f"broker-{n}.log", "wb")
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                ["sh", str(ROOT / "deploy" / "docker" / "entrypoint.sh")], stdout=log, stderr=subprocess.STDOUT,
+                cwd=ROOT, env={"PATH": f"{BIN}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1",
+                               "SERVER_PROPERTIES": str(ROOT / "deploy" / "docker" / "server.properties"), **env}))
+        bootstrap = ",".join(f"127.0.0.1:{ports[p]}" for p in (9092, 9093, 9094))
+        admin = AdminClient({"bootstrap.servers": bootstrap})     # kept while its futures are pending
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                md = admin.list_topics(timeout=5)
+                if len(md.brokers) == 3 and md.controller_id > 0:
+                    break
+            except Exception:
+                pass
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                "\n".join((tmp_path / f"broker-{n}.log").read_text()[-3000:] for n in (1, 2, 3))
+            time.sleep(0.5)
+        assert sorted(md.brokers) == [1, 2, 3]
+        # kcat -L, as the quick start does
+        if shutil.which("kcat"):
+            out = subprocess.run(["kcat", "-b", bootstrap, "-L"], capture_output=True, text=True, timeout=30).stdout
+            assert "3 brokers" in out, out
+        for f in admin.create_topics([NewTopic(topic_name, 1, -1, config={"remote.wal.enable": "true"})]).values():
+            f.result(timeout=60)
+        deadline = time.monotonic() + 60
+        while len(admin.list_topics(topic_name, timeout=5).topics[topic_name].partitions[0].isrs) < 3:
+            assert time.monotonic() < deadline, "no ISR of 3 (default.replication.factor from the compose file)"
+            time.sleep(0.3)
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for i in range(100):
+            p.produce(topic_name, str(i).encode())
+        assert p.flush(60) == 0
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "compose", "auto.offset.reset": "earliest"})
+        c.subscribe([topic_name])
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 100 and time.monotonic() < deadline:
+            got += [int(m.value()) for m in c.consume(100, 1) if m.error() is None]
+        c.close()
+        assert got == list(range(100))
+        for port in (9101, 9102, 9103):             # Prometheus' targets answer
+            body = urllib.request.urlopen(f"http://127.0.0.1:{ports[port]}/metrics", timeout=10).read().decode()
+            assert "strata_wal_mode" in body
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for log in logs:
+            log.close()
+    for n in (1, 2, 3):
+        text = (tmp_path / f"broker-{n}.log").read_text()
+        assert "Traceback" not in text, text[-4000:]
+
