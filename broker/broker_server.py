@@ -89,6 +89,12 @@ class Broker:
         self.replicas = ReplicaManager(config, self.topics, create_topic=self.create_internal_topic)
         from prometheus_client import CollectorRegistry
         self.metrics_registry = CollectorRegistry()
+        from prometheus_client import Histogram
+        self._request_time = Histogram(
+            "kafka_network_requestmetrics_total_time_seconds", "TotalTimeMs: time from a request's arrival to its "
+            "response, by API (its _count is RequestsPerSec)", ["request"], registry=self.metrics_registry,
+            buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+        self._request_time_of: dict[int, object] = {}
         from replication.traffic_metrics import PRICE_DEFAULTS, TrafficMetrics
         self.traffic = TrafficMetrics(self.metrics_registry, {k: float(config.get(k)) for k in PRICE_DEFAULTS})
         self.wal_reader = None
@@ -119,6 +125,15 @@ class Broker:
         self._server: asyncio.AbstractServer | None = None
         self._starting: asyncio.Task | None = None
         self._peer_connections: dict[int, BrokerConnection] = {}
+
+    def request_time(self, api_key: int):
+        """The request-time histogram of one API (Kafka's RequestMetrics TotalTimeMs, labelled like request=Produce)."""
+        child = self._request_time_of.get(api_key)
+        if child is None:
+            mod = self.handlers.get(api_key)
+            name = "".join(w.capitalize() for w in mod.__name__.rsplit(".", 1)[1].split("_")) if mod else str(api_key)
+            child = self._request_time_of[api_key] = self._request_time.labels(name)
+        return child
 
     def _start_wal(self, config) -> None:
         """With a fast store (remote.wal.storage.url): the WAL combiner of this broker's leaders and the WAL reader

@@ -7,6 +7,7 @@ import functools
 import inspect
 import logging
 import socket
+import time
 from collections import deque
 
 from broker.controller_channel import forward
@@ -155,6 +156,7 @@ class KafkaConnection(asyncio.Protocol):
         if flexible:
             pos = skip_tagged_fields(frame, pos)
         req = Request(api_key, version, corr, client_id, frame, pos, flexible, self.client_host)
+        started = time.perf_counter()
         if getattr(handler, "FORWARDED_TO_CONTROLLER", False) and not self.broker.controller.active:
             result = forward(self.broker, req)      # admin requests go to the active controller as they came
         else:
@@ -165,17 +167,20 @@ class KafkaConnection(asyncio.Protocol):
             slot = [False, corr, flex_header, None]
             self.queue.append(slot)
             task = asyncio.ensure_future(result)
-            task.add_done_callback(functools.partial(self._completed, slot))
+            task.add_done_callback(functools.partial(self._completed, slot, api_key, started))
             if len(self.queue) >= MAX_IN_FLIGHT:
                 self._pause()
-        elif self.queue:
+            return
+        self.broker.request_time(api_key).observe(time.perf_counter() - started)
+        if self.queue:
             self.queue.append([True, corr, flex_header, result])
         elif result is not None:
             self._reply(corr, flex_header, result)
 
-    def _completed(self, slot: list, task: asyncio.Task) -> None:
+    def _completed(self, slot: list, api_key: int, started: float, task: asyncio.Task) -> None:
         if task.cancelled():
             return
+        self.broker.request_time(api_key).observe(time.perf_counter() - started)
         exc = task.exception()
         if exc is not None:
             if isinstance(exc, MalformedRequest):
