@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,25 @@ def compose_services() -> dict:
     r = subprocess.run([str(BIN / "docker-compose"), "-f", str(ROOT / "deploy" / "docker-compose.yml"), "config",
                         "--format", "json"], capture_output=True, text=True, timeout=60, check=True)
     return json.loads(r.stdout)["services"]
+
+
+def exported_names(body: str) -> set[str]:
+    """Every sample name a /metrics page can have: the families it declares (# TYPE) with their suffixes."""
+    names = set()
+    for line in body.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
+                        "summary": ("_sum", "_count", "_created")}.get(kind, ("",))
+            names |= {name + s for s in suffixes} | {name}
+    return names
+
+
+def dashboard_metrics() -> set[str]:
+    """The metric names the Grafana dashboard's panels query (deploy/grafana/dashboards/strata.json)."""
+    dash = json.loads((ROOT / "deploy" / "grafana" / "dashboards" / "strata.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", ())]
+    return {m for e in exprs for m in re.findall(r"\b((?:kafka|strata)_[a-z0-9_]+)", e)}
 
 
 @pytest.mark.s3
@@ -90,9 +110,12 @@ def test_the_compose_topology_runs_as_processes(tmp_path, moto_server, topic_nam
             got += [int(m.value()) for m in c.consume(100, 1) if m.error() is None]
         c.close()
         assert got == list(range(100))
+        exported = set()
         for port in (9101, 9102, 9103):             # Prometheus' targets answer
             body = urllib.request.urlopen(f"http://127.0.0.1:{ports[port]}/metrics", timeout=10).read().decode()
-            assert "strata_wal_mode" in body
+            exported |= exported_names(body)
+        wanted = dashboard_metrics()
+        assert wanted and wanted <= exported, f"dashboard panels query metrics no broker exports: {wanted - exported}"
     finally:
         for proc in procs:
             proc.terminate()

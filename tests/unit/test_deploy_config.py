@@ -67,7 +67,7 @@ def compose_config() -> dict:
 
 def test_compose_file_describes_three_brokers_with_minio_and_prometheus():
     services = compose_config()["services"]
-    assert {"broker-1", "broker-2", "broker-3", "minio", "minio-init", "prometheus"} <= set(services)
+    assert {"broker-1", "broker-2", "broker-3", "minio", "minio-init", "prometheus", "grafana"} <= set(services)
     assert "strata-slow" in " ".join(services["minio-init"]["entrypoint"]) and \
         "strata-fast" in " ".join(services["minio-init"]["entrypoint"])
     seen = []
