@@ -95,6 +95,8 @@ class Broker:
             "response, by API (its _count is RequestsPerSec)", ["request"], registry=self.metrics_registry,
             buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
         self._request_time_of: dict[int, object] = {}
+        from broker.broker_metrics import BrokerStateCollector
+        self.metrics_registry.register(BrokerStateCollector(self))
         from replication.traffic_metrics import PRICE_DEFAULTS, TrafficMetrics
         self.traffic = TrafficMetrics(self.metrics_registry, {k: float(config.get(k)) for k in PRICE_DEFAULTS})
         self.wal_reader = None

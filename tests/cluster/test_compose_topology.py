@@ -110,10 +110,16 @@ def test_the_compose_topology_runs_as_processes(tmp_path, moto_server, topic_nam
             got += [int(m.value()) for m in c.consume(100, 1) if m.error() is None]
         c.close()
         assert got == list(range(100))
-        exported = set()
+        exported, gauges = set(), []
         for port in (9101, 9102, 9103):             # Prometheus' targets answer
             body = urllib.request.urlopen(f"http://127.0.0.1:{ports[port]}/metrics", timeout=10).read().decode()
             exported |= exported_names(body)
+            gauges.append({k: float(v) for k, v in (line.rsplit(" ", 1) for line in body.splitlines()
+                                                     if line.startswith("kafka_"))})
+        kc = "kafka_controller_kafkacontroller_"
+        assert sum(g[kc + "active_controller_count"] for g in gauges) == 1
+        assert sum(g[kc + "active_broker_count"] for g in gauges) == 3
+        assert sum(g["kafka_server_replicamanager_under_replicated_partitions"] for g in gauges) == 0
         wanted = dashboard_metrics()
         assert wanted and wanted <= exported, f"dashboard panels query metrics no broker exports: {wanted - exported}"
     finally:

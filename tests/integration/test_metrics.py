@@ -36,6 +36,10 @@ def test_request_times_and_bytes_are_counted(tmp_path, topic_name):
             m['kafka_network_requestmetrics_total_time_seconds_count{request="Produce"}']
         assert m["kafka_server_brokertopicmetrics_bytes_in_total"] >= 50 * 100
         assert m["kafka_server_brokertopicmetrics_bytes_out_total"] >= 50 * 100
+        assert m["kafka_server_replicamanager_leader_count"] == m["kafka_server_replicamanager_partition_count"] >= 1
+        assert m["kafka_server_replicamanager_under_replicated_partitions"] == 0
+        assert m["kafka_controller_kafkacontroller_active_controller_count"] == 1
+        assert m["kafka_controller_kafkacontroller_offline_partitions_count"] == 0
     finally:
         assert b.stop() == 0
     assert "Traceback" not in b.log_text()
