@@ -1,5 +1,6 @@
-"""`strata broker --config FILE [--env-prefix STRATA_] [--override key=value ...] [--print-config]` and
-`strata check --bootstrap HOST:PORT` (an ApiVersions round trip: the container image's health check)."""
+"""`strata broker --config FILE [--env-prefix STRATA_] [--override key=value ...] [--print-config]`,
+`strata check --bootstrap HOST:PORT` (an ApiVersions round trip: the container image's health check), and the admin
+tools with Kafka's verbs: `strata topics` (kafka-topics.sh), `strata cluster`."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,9 @@ def _parser() -> argparse.ArgumentParser:
                    "--override")
     b.add_argument("--print-config", action="store_true", help="print the settings given (not the defaults) and exit")
     b.add_argument("--log-level", default="INFO")
+    from broker.tools import cluster_info, topics
+    topics.add_parser(sub)
+    cluster_info.add_parser(sub)
     c = sub.add_parser("check", help="exit 0 if a broker answers ApiVersions")
     c.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
     c.add_argument("--timeout", type=float, default=5.0)
@@ -62,6 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return asyncio.run(_check(args.bootstrap, args.timeout))
+    if hasattr(args, "run"):                   # an admin tool: the Kafka protocol to --bootstrap-server
+        from broker.tools.admin_client import AdminError
+        try:
+            asyncio.run(args.run(args, sys.stdout))
+        except AdminError as e:
+            print(f"Error while executing {args.command} command : {e}", file=sys.stderr)
+            return 1
+        return 0
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

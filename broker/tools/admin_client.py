@@ -1,0 +1,56 @@
+"""The admin tools' way to a cluster: the Kafka protocol to any broker of `--bootstrap-server`, as Kafka's own
+command-line tools do, so they work against Apache Kafka too. Requests that must reach the controller are sent to
+any broker, which forwards them (KIP-590)."""
+from __future__ import annotations
+
+import asyncio
+
+from protocol.client import BrokerConnection, ConnectionFailed
+from protocol.errors import ErrorCode
+
+
+class AdminError(Exception):
+    """Something the user must be told; the tools print it and exit 1."""
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(int(code)).name.upper()
+    except ValueError:
+        return f"error {int(code)}"
+
+
+class AdminClient:
+    def __init__(self, bootstrap: str, timeout: float = 30.0):
+        self.servers = []
+        for s in bootstrap.split(","):
+            host, _, port = s.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise AdminError(f"bad --bootstrap-server {s.strip()!r}: expected host:port")
+            self.servers.append((host, int(port)))
+        self.timeout = timeout
+        self._conn: BrokerConnection | None = None
+
+    async def send(self, api_key: int, version: int, body):
+        """The request to the first reachable bootstrap broker; its decoded response."""
+        last = None
+        for conn in ([self._conn] if self._conn is not None else []) + \
+                [BrokerConnection(h, p, client_id="strata-admin") for h, p in self.servers]:
+            try:
+                resp = await conn.send(api_key, version, body, timeout=self.timeout)
+                self._conn = conn
+                return resp
+            except (ConnectionFailed, OSError, asyncio.TimeoutError) as e:
+                last = e
+                conn.close()
+                self._conn = None if conn is self._conn else self._conn
+        raise AdminError(f"no broker of {', '.join(f'{h}:{p}' for h, p in self.servers)} answered: {last}")
+
+    async def metadata(self, topics: list[str] | None = None):
+        return await self.send(3, 12, {"topics": None if topics is None else [{"name": t} for t in topics],
+                                       "allow_auto_topic_creation": False,
+                                       "include_topic_authorized_operations": False})
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
