@@ -167,6 +167,7 @@ class RemoteWalManager:
         self._slots = asyncio.Semaphore(self.max_inflight)
         self._queue: list[_Upload] = []            # uploads not yet published, in upload order
         self._live: list[_Upload] = []             # uploaded, not yet deleted, in upload order
+        self._orphans: list[tuple[int, float]] = []   # failed or timed-out uploads that may still have landed
         self._started_id = int(time.time() * 1000) << 16     # ids below it are an earlier incarnation's
         self._last_id = self._started_id - 1
         self._tasks: list[asyncio.Task] = []
@@ -247,6 +248,8 @@ class RemoteWalManager:
             except Exception as e:                 # a botocore error of an unreachable endpoint, ...
                 up.ok = False
                 self._note_failure(repr(e))
+            if not up.ok:                          # a timed-out PUT may still land: delete it with the others
+                self._orphans.append((up.upload_id, time.time()))
             if up.ok:
                 self._note_success(time.monotonic() - started)
         self._publish()
@@ -340,6 +343,12 @@ class RemoteWalManager:
                 break
             self._live.pop(0)
             deleted += 1
+        while self._orphans and now - self._orphans[0][1] >= self.retention:
+            try:
+                await store.delete(object_key(self.node_id, self._orphans[0][0]))    # absent is fine
+            except ObjectStoreError:
+                break
+            self._orphans.pop(0)
         return deleted
 
     async def _delete_earlier_incarnations(self) -> None:

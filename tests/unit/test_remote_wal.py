@@ -168,6 +168,38 @@ async def test_objects_are_collected_once_the_isr_has_them_and_retention_passed(
         part.wal.close()
 
 
+async def test_an_upload_that_timed_out_but_landed_is_deleted_too(tmp_path):
+    m = _manager(tmp_path, tmp_path / "fast", remote_wal_upload_interval_ms=1, remote_wal_retention_ms=0,
+                 remote_wal_upload_timeout_ms=50)
+    part = _Part(tmp_path, m)
+    part.wal.became_leader(0)
+    store = m.stores.local
+    real_put = store.put
+
+    async def slow_put(key, data):              # the PUT lands, but only after the leader stopped waiting (a
+        async def later():                      # thread's write is not cancelled with the coroutine)
+            await asyncio.sleep(0.2)
+            await real_put(key, data)
+        landing.append(asyncio.ensure_future(later()))
+        await asyncio.sleep(10)
+    landing: list = []
+    store.put = slow_put
+    m.start()
+    try:
+        m.add(part, 3, 0, 2, batch(0))
+        while not m._orphans:
+            await asyncio.sleep(0.01)
+        assert part.wal.serve(2, 0, 1000, time.monotonic())[0] == "records"     # given up: records
+        await asyncio.gather(*landing)
+        assert [o.key async for o in store.list("wal/")] != []                  # ... yet it landed
+        await m.collect_once()
+        assert [o.key async for o in store.list("wal/")] == []
+    finally:
+        await m.stop()
+        await m.stores.close()
+        part.wal.close()
+
+
 def test_pointers_round_trip_through_a_fetch_response_tag():
     ptrs = [RemotePointer("wal/1/00ff", 64, 100, 0xDEADBEEF, 10, 19, 4), RemotePointer("wal/1/0100", 64, 5, 1, 20,
                                                                                          20, 4)]
