@@ -70,38 +70,41 @@ def _elements_nullable(f) -> bool:
     return bool(args) and _nullable_type(args[0])
 
 
+def _item(f, schema, is_header: bool) -> tuple:
+    """How to walk one field: (kind, kafka type or fixed width, nested schema, legacy-string flag, name, whether the
+    field may be null, whether an array's elements may be null)."""
+    cls = classify_field(f)
+    name = f"{schema.__name__}.{f.name}"
+    if isinstance(cls, EntityTupleField):
+        return (_ENTITY_ARRAY, None, cls.type_, False, name, _nullable(f), False)
+    if isinstance(cls, EntityField):
+        return (_NULLABLE_ENTITY if f.default is None else _ENTITY, None, cls.type_, False, name, True, False)
+    kind = get_schema_field_type(f)
+    legacy = is_header and f.name == "client_id"
+    if cls.is_array:
+        return (_PRIM_ARRAY, kind, None, legacy, name, _nullable(f), _elements_nullable(f))
+    if kind in _FIXED and not legacy:
+        return (_FIXED_RUN, _FIXED[kind], None, False, name, False, False)
+    return (_PRIM, kind, None, legacy, name, is_optional(f) or legacy, False)
+
+
 @cache
 def _plan(schema, is_header: bool):
-    """Per schema: the untagged fields in order (kind, kafka type, nested schema, legacy-string flag, name, whether
-    the field may be null, whether an array's elements may be null) and the known tags."""
+    """Per schema: the untagged fields in order (see `_item`; consecutive fixed-width ones merged into one run) and
+    the known tags with how to walk each one's value."""
     flexible = bool(schema.__flexible__)
     items, tags = [], {}
     for f in fields(schema):
+        item = _item(f, schema, is_header)
         tag = get_field_tag(f)
         if tag is not None:
-            tags[int(tag)] = f
-            continue
-        cls = classify_field(f)
-        name = f"{schema.__name__}.{f.name}"
-        if isinstance(cls, EntityTupleField):
-            items.append((_ENTITY_ARRAY, None, cls.type_, False, name, _nullable(f), False))
-        elif isinstance(cls, EntityField):
-            items.append((_NULLABLE_ENTITY if f.default is None else _ENTITY, None, cls.type_, False, name, True,
-                          False))
+            tags[int(tag)] = item
+        elif item[0] == _FIXED_RUN and items and items[-1][0] == _FIXED_RUN:
+            _, size, _, _, run_name, _, _ = items.pop()
+            items.append((_FIXED_RUN, size + item[1], None, False, run_name, False, False))
         else:
-            kind = get_schema_field_type(f)
-            legacy = is_header and f.name == "client_id"
-            if cls.is_array:
-                items.append((_PRIM_ARRAY, kind, None, legacy, name, _nullable(f), _elements_nullable(f)))
-            elif kind in _FIXED and not legacy:
-                if items and items[-1][0] == _FIXED_RUN:
-                    _, size, _, _, run_name, _, _ = items.pop()
-                    items.append((_FIXED_RUN, size + _FIXED[kind], None, False, run_name, False, False))
-                else:
-                    items.append((_FIXED_RUN, _FIXED[kind], None, False, name, False, False))
-            else:
-                items.append((_PRIM, kind, None, legacy, name, is_optional(f) or legacy, False))
-    return flexible, tuple(items), frozenset(tags)
+            items.append(item)
+    return flexible, tuple(items), tags
 
 
 def check_structure(schema, buf, offset: int) -> bool:
@@ -164,6 +167,33 @@ def _array_count(buf, pos: int, flexible: bool, nullable: bool = True, name: str
 
 def _walk(schema, buf, pos: int, out: bytearray | None, is_header: bool) -> tuple[int, bool]:
     flexible, items, known_tags = _plan(schema, is_header)
+    pos, unknown = _walk_items(items, flexible, buf, pos, out)
+    if flexible:
+        if buf[pos] == 0 and out is None:       # no tagged fields: the common case
+            return pos + 1, unknown
+        count, pos = read_uvarint(buf, pos)
+        kept = []
+        for _ in range(count):
+            tag, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
+            if pos + size > len(buf):
+                raise StructureError("tagged field runs past the end of the message")
+            item = known_tags.get(tag)
+            if item is not None:                # its value is checked like any field (a null where none may be)
+                _, u = _walk_items((item,), flexible, memoryview(buf)[:pos + size], pos, None)
+                unknown |= u
+                kept.append(wire.uvarint(tag) + wire.uvarint(size) + bytes(buf[pos:pos + size]))
+            else:
+                unknown = True
+            pos += size
+        if out is not None:
+            out += wire.uvarint(len(kept))
+            for k in kept:
+                out += k
+    return pos, unknown
+
+
+def _walk_items(items, flexible: bool, buf, pos: int, out: bytearray | None) -> tuple[int, bool]:
     unknown = False
     for kind, ktype, nested, legacy, name, nullable, elements_nullable in items:
         start = pos
@@ -206,23 +236,4 @@ def _walk(schema, buf, pos: int, out: bytearray | None, is_header: bool) -> tupl
             continue
         if out is not None:
             out += buf[start:pos]
-    if flexible:
-        if buf[pos] == 0 and out is None:       # no tagged fields: the common case
-            return pos + 1, unknown
-        count, pos = read_uvarint(buf, pos)
-        kept = []
-        for _ in range(count):
-            tag, pos = read_uvarint(buf, pos)
-            size, pos = read_uvarint(buf, pos)
-            if pos + size > len(buf):
-                raise StructureError("tagged field runs past the end of the message")
-            if tag in known_tags:
-                kept.append(wire.uvarint(tag) + wire.uvarint(size) + bytes(buf[pos:pos + size]))
-            else:
-                unknown = True
-            pos += size
-        if out is not None:
-            out += wire.uvarint(len(kept))
-            for k in kept:
-                out += k
     return pos, unknown
