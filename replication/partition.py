@@ -12,6 +12,7 @@ import logging
 
 from protocol.errors import ApiError, ErrorCode
 from protocol.record_batch import compute_crc, iter_batches
+from replication.remote_wal import RECORDS
 from storage.log.log import AppendResult, Log, OffsetOutOfRangeError
 from storage.tiered.remote_log_metadata import RemoteStorageException
 
@@ -297,7 +298,7 @@ class Partition:
         if wal is not None and self.log.config.remote_wal_enable and self.is_leader and \
                 fetch_offset >= self.log.local_log_start_offset:
             what, pointers = wal.serve(replica_id, fetch_offset, max(max_bytes, 1), now)
-            if what != "records":
+            if what != RECORDS:
                 return (), pointers
         views, _ = self.read(fetch_offset, max_bytes, min_one_message=min_one_message, fetch_only_committed=False,
                              local_only=True)

@@ -136,7 +136,8 @@ class PartitionWal:
 @dataclass
 class _Upload:
     upload_id: int
-    chunks: list | dict                       # (part, epoch, base, last, data); once published, what the ISR needs
+    chunks: list                              # (part, epoch, base, last, data) until published
+    needed: dict = field(default_factory=dict)    # part -> (epoch, last offset) its ISR must have, once uploaded
     created: float = field(default_factory=time.time)
     size: int = 0
     entries: list = field(default_factory=list)   # WalChunk, after build
@@ -289,13 +290,9 @@ class RemoteWalManager:
                     pw.failed(last)
                 part.wake_waiters()
             if up.ok:
-                needed: dict = {}                  # part -> (epoch, last offset): what the ISR must have
-                for part, epoch, _, last, _ in up.chunks:
-                    needed[part] = (epoch, last)
-                up.chunks = needed
+                up.needed = {part: (epoch, last) for part, epoch, _, last, _ in up.chunks}
                 self._live.append(up)
-            else:
-                up.chunks = {}
+            up.chunks = []
 
     # ---- garbage collection ----------------------------------------------------------------------------------
     @property
@@ -306,10 +303,10 @@ class RemoteWalManager:
     def _isr_has(self, up: _Upload) -> bool:
         """Whether every partition of `up` has it below its high watermark or is no longer led here at that
         epoch; the partitions that do are forgotten, so an upload holds references only until the ISR has it."""
-        for part, (epoch, last) in list(up.chunks.items()):
+        for part, (epoch, last) in list(up.needed.items()):
             if part.is_leader and part.leader_epoch == epoch and not part.closed and part.high_watermark <= last:
                 return False
-            del up.chunks[part]
+            del up.needed[part]
         return True
 
     async def _collect(self) -> None:
@@ -329,11 +326,11 @@ class RemoteWalManager:
         self.metrics.stored(sum(u.size for u in self._live), (now - self._stored_at) / 3600)
         self._stored_at = now
         for up in self._live:
-            if up.chunks:
+            if up.needed:
                 self._isr_has(up)
         deleted = 0
         store = self.stores.local
-        while self._live and now - self._live[0].created >= self.retention and not self._live[0].chunks:
+        while self._live and now - self._live[0].created >= self.retention and not self._live[0].needed:
             up = self._live[0]
             try:
                 await store.delete(object_key(self.node_id, up.upload_id))

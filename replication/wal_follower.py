@@ -40,13 +40,6 @@ class WalReader:
         self.stores, self.metrics, self.timeout = stores, metrics, timeout
         self._slots = asyncio.Semaphore(max_concurrency)
 
-    async def download(self, store_name: str, pointers) -> list[memoryview]:
-        """The chunks `pointers` name, in order, each checked against its CRC. WalDownloadError on failure."""
-        (result,) = await self.download_all([(store_name, pointers)])
-        if isinstance(result, WalDownloadError):
-            raise result
-        return result
-
     async def download_all(self, wanted: list[tuple[str, list]]) -> list:
         """For each (store name, pointers): its chunks in order, or the WalDownloadError that stopped them."""
         ranges: dict[tuple[str, str], list] = {}          # (store, key) -> [[start, end, [(i, pointer)...]], ...]

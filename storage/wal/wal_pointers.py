@@ -42,6 +42,7 @@ class WalPointerIndex:
         self._first = 0           # entries below this one are dead (their objects are gone)
         self._count = 0           # entries in the file, dead ones included
         self._last: WalPointer | None = None
+        self._head: WalPointer | None = None   # the entry at _first, read once per change of _first
 
     def __len__(self) -> int:
         return self._count - self._first
@@ -54,7 +55,11 @@ class WalPointerIndex:
         return WalPointer(*_ENTRY.unpack(os.pread(self._fd, SIZE, i * SIZE)))
 
     def first(self) -> WalPointer | None:
-        return self._read(self._first) if len(self) else None
+        if not len(self):
+            return None
+        if self._head is None:
+            self._head = self._read(self._first)
+        return self._head
 
     def append(self, p: WalPointer) -> None:
         os.pwrite(self._fd, _ENTRY.pack(p.base_offset, p.last_offset, p.upload_id, p.position, p.size, p.crc,
@@ -96,11 +101,14 @@ class WalPointerIndex:
         """Forget the head entries whose objects (upload ids below `upload_id`) were deleted."""
         while self._first < self._count and self._read(self._first).upload_id < upload_id:
             self._first += 1
+            self._head = None
         self._maybe_compact()
 
     def drop_below_offset(self, offset: int) -> None:
         """Forget entries wholly below `offset` (the local log start moved past them)."""
-        self._first = max(self._first, self._search(offset))
+        first = max(self._first, self._search(offset))
+        if first != self._first:
+            self._first, self._head = first, None
         self._maybe_compact()
 
     def _maybe_compact(self) -> None:
@@ -114,7 +122,7 @@ class WalPointerIndex:
     def clear(self) -> None:
         os.ftruncate(self._fd, 0)
         self._first = self._count = 0
-        self._last = None
+        self._last = self._head = None
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -233,15 +233,14 @@ async def test_reader_checks_crcs_and_coalesces_adjacent_ranges(tmp_path):
     stores = WalStores({"": f"file://{tmp_path / 'fast'}"}, {})
     reader = WalReader(stores, metrics)
     ptrs = [RemotePointer("wal/1/0001", e.position, e.size, e.crc, e.base_offset, e.last_offset, 1) for e in entries]
-    got = await reader.download("", ptrs)
+    (got,) = await reader.download_all([("", ptrs)])
     assert [bytes(g) for g in got] == [batch(0), batch(0, 5)]
     assert metrics.store_requests.labels("", "get")._value.get() == 1            # one ranged GET for both
     bad = [RemotePointer(p.key, p.position, p.size, p.crc ^ 1, p.base_offset, p.last_offset, 1) for p in ptrs]
-    with pytest.raises(WalDownloadError) as e:
-        await reader.download("", bad)
-    assert e.value.reason == "crc"
-    with pytest.raises(WalDownloadError):
-        await reader.download("elsewhere", ptrs)
+    (err,) = await reader.download_all([("", bad)])
+    assert isinstance(err, WalDownloadError) and err.reason == "crc"
+    (err,) = await reader.download_all([("elsewhere", ptrs)])
+    assert isinstance(err, WalDownloadError) and err.reason == "unknown_store"
     await stores.close()
     await store.close()
 
