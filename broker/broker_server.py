@@ -222,8 +222,10 @@ class Broker:
             await self._listen()
 
     def _start_replicas(self) -> None:
+        publisher = MetadataPublisher(self.replicas, self.groups, self.config)
+        publisher.load(self.topics.image)          # dynamic configs first: the logs open with them
         self.replicas.startup()
-        self.controller.add_publisher(MetadataPublisher(self.replicas, self.groups))
+        self.controller.add_publisher(publisher)
         self.replicas.start_background()
         if self.replicas.remote_wal is not None:
             self.replicas.remote_wal.start()

@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 from replication.remote_wal import WAL_DEFAULTS
 from replication.traffic_metrics import PRICE_DEFAULTS
 from storage.cleaner.cleaner import CLEANER_DEFAULTS
-from storage.log.log_config import LogConfig
+from storage.log.log_config import TOPIC_CONFIGS, LogConfig
 
 # Broker-level settings Strata reads, with Kafka's defaults. Log defaults (log.*) live in storage.log.log_config.
 BROKER_DEFAULTS: dict[str, str] = {
@@ -69,6 +69,16 @@ BROKER_DEFAULTS: dict[str, str] = {
     **PRICE_DEFAULTS,                # cost.*: list prices behind strata_cost_dollars_total
 }
 
+# Broker configs an operator may change at run time (`strata configs --alter --entity-type brokers`, Kafka's
+# IncrementalAlterConfigs/AlterConfigs on a BROKER resource), per broker or as the cluster-wide default: the topic
+# defaults (Kafka's DynamicLogConfig; a change reconfigures every log without an override). The tiered-storage and
+# WAL defaults stay static, because enabling them needs checks against each topic; everything else is read-only
+# as in Kafka (listeners, log.dirs, node.id...) or not reconfigurable live in Strata yet (the cleaner's threads).
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
+    {d.broker_name for d in TOPIC_CONFIGS.values() if not d.broker_name.startswith("remote.")} |
+    {"log.retention.hours", "log.retention.minutes", "log.roll.hours"})
+
+
 def setting(config, key: str, defaults: dict[str, str]) -> str:
     """`key` from a BrokerConfig, a plain mapping (unit tests) or None, falling back to a component's own defaults
     when unset or empty (BrokerConfig.get answers "" for keys outside BROKER_DEFAULTS)."""
@@ -123,6 +133,16 @@ def _log_defaults(props: dict[str, str]) -> dict[str, str]:
 @dataclass
 class BrokerConfig:
     props: dict[str, str] = field(default_factory=dict)
+    # Dynamic configs from the metadata image (cluster default, then this broker's own on top); they win over the
+    # file, as Kafka's DYNAMIC_BROKER_CONFIG and DYNAMIC_DEFAULT_BROKER_CONFIG win over STATIC_BROKER_CONFIG.
+    dynamic_default: dict[str, str] = field(default_factory=dict)
+    dynamic_broker: dict[str, str] = field(default_factory=dict)
+
+    def set_dynamic(self, default: dict[str, str], own: dict[str, str]) -> bool:
+        """Take the image's dynamic configs; whether the effective ones changed."""
+        before = (self.dynamic_default, self.dynamic_broker)
+        self.dynamic_default, self.dynamic_broker = dict(default), dict(own)
+        return before != (self.dynamic_default, self.dynamic_broker)
 
     @classmethod
     def load(cls, path: str | None, overrides: list[str] | None = None,
@@ -148,9 +168,21 @@ class BrokerConfig:
         return cfg
 
     def get(self, key: str) -> str:
+        if key in self.dynamic_broker:
+            return self.dynamic_broker[key]
+        if key in self.dynamic_default:
+            return self.dynamic_default[key]
         if key in self.props:
             return self.props[key]
         return BROKER_DEFAULTS.get(key, "")
+
+    def source_of(self, key: str) -> str:
+        """Where `key`'s value comes from, by the name of Kafka's ConfigSource."""
+        if key in self.dynamic_broker:
+            return "DYNAMIC_BROKER_CONFIG"
+        if key in self.dynamic_default:
+            return "DYNAMIC_DEFAULT_BROKER_CONFIG"
+        return "STATIC_BROKER_CONFIG" if key in self.props else "DEFAULT_CONFIG"
 
     def get_int(self, key: str) -> int:
         return int(self.get(key))
@@ -215,7 +247,7 @@ class BrokerConfig:
         return bool(self.get(self.METADATA_STORE_PREFIX + "url").strip())
 
     def log_defaults(self) -> dict[str, str]:
-        return _log_defaults(self.props)
+        return _log_defaults({**self.props, **self.dynamic_default, **self.dynamic_broker})
 
     def log_config(self, overrides: dict[str, object] | None = None) -> LogConfig:
         return LogConfig.resolve(self.log_defaults(), overrides or {})

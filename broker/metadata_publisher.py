@@ -13,11 +13,21 @@ log = logging.getLogger("strata.metadata_publisher")
 
 
 class MetadataPublisher:
-    def __init__(self, replicas, groups):
+    def __init__(self, replicas, groups, config):
         self.replicas = replicas
         self.groups = groups
+        self.config = config                # the BrokerConfig, whose dynamic layer follows the image
+
+    def load(self, image: MetadataImage) -> None:
+        """The image this broker starts from, before it opens its replicas: its dynamic configs."""
+        self._apply_broker_configs(image)
+        self.groups.set_group_configs(image.group_configs)
 
     def __call__(self, old: MetadataImage, new: MetadataImage) -> None:
+        if new.broker_configs is not old.broker_configs:
+            self._apply_broker_configs(new)
+        if new.group_configs is not old.group_configs:
+            self.groups.set_group_configs(new.group_configs)
         deleted = [t for tid, t in old.topics_by_id.items() if tid not in new.topics_by_id]
         for t in deleted:
             self.replicas.delete_topic(t)
@@ -33,3 +43,13 @@ class MetadataPublisher:
                 self.replicas.reconfigure(t)
             if t.name == OFFSETS_TOPIC:
                 self.groups.sync_leadership()
+
+    def _apply_broker_configs(self, image: MetadataImage) -> None:
+        """Dynamic broker configs take effect without a restart: the topic defaults among them reconfigure every
+        open log (Kafka's DynamicLogConfig). Logs opened later read the new defaults anyway."""
+        own = image.broker_configs.get(str(self.config.node_id), {})
+        if self.config.set_dynamic(image.broker_configs.get("", {}), own):
+            log.info("dynamic broker configs now: cluster default %s, this broker %s",
+                     dict(image.broker_configs.get("", {})), dict(own))
+            for t in image.topics():
+                self.replicas.reconfigure(t)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable
 
-from metadata.records import (TOPIC_RESOURCE, BrokerRegistrationChangeRecord, ConfigRecord, LeaderChangeRecord, PartitionRecord, ProducerIdsRecord,
+from metadata.records import (BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, BrokerRegistrationChangeRecord, ConfigRecord, LeaderChangeRecord, PartitionRecord, ProducerIdsRecord,
                               RegisterBrokerRecord, RemoveTopicRecord, TopicRecord)
 
 
@@ -74,6 +74,10 @@ class MetadataImage:
     next_producer_id: int = 0
     controller_id: int = -1                            # the active controller as of this image (-1: none yet)
     controller_epoch: int = 0
+    # dynamic configs of BROKER resources ("" is the cluster-wide default, "<id>" one broker) and GROUP resources
+    # (KIP-848 group configs): resource name -> {name: value}
+    broker_configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    group_configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     # ---- reads (the API `broker.topics` offers) -----------------------------------------------------------------
     def topics(self) -> list[TopicImage]:
@@ -92,6 +96,7 @@ class MetadataImage:
         a damaged log."""
         brokers, by_name, by_id = dict(self.brokers), dict(self.topics_by_name), dict(self.topics_by_id)
         next_pid = self.next_producer_id
+        resource_configs = {BROKER_RESOURCE: dict(self.broker_configs), GROUP_RESOURCE: dict(self.group_configs)}
         controller = (self.controller_id, self.controller_epoch)
         n = 0
         for r in records:
@@ -126,8 +131,20 @@ class MetadataImage:
                 t = replace(t, partition_states=tuple(states))
                 by_name[t.name] = by_id[t.topic_id] = t
             elif isinstance(r, ConfigRecord):
+                if r.resource_type in resource_configs:
+                    by_resource = resource_configs[r.resource_type]
+                    configs = dict(by_resource.get(r.resource_name, {}))
+                    if r.value is None:
+                        configs.pop(r.name, None)
+                    else:
+                        configs[r.name] = r.value
+                    if configs:
+                        by_resource[r.resource_name] = configs
+                    else:
+                        by_resource.pop(r.resource_name, None)
+                    continue
                 if r.resource_type != TOPIC_RESOURCE:
-                    continue                        # broker configs are static for now
+                    raise ValueError(f"config {r.name} of unknown resource type {r.resource_type}")
                 t = by_name.get(r.resource_name)
                 if t is None:
                     raise ValueError(f"config {r.name} for unknown topic {r.resource_name}")
@@ -152,7 +169,9 @@ class MetadataImage:
             else:
                 raise ValueError(f"unknown metadata record {type(r).__name__}")
         return MetadataImage(self.offset + n, MappingProxyType(brokers), MappingProxyType(by_name),
-                             MappingProxyType(by_id), next_pid, *controller)
+                             MappingProxyType(by_id), next_pid, *controller,
+                             MappingProxyType(resource_configs[BROKER_RESOURCE]),
+                             MappingProxyType(resource_configs[GROUP_RESOURCE]))
 
     def skip(self, n: int) -> "MetadataImage":
         """This image with the offset moved past `n` records that are not applied (a fenced controller's batch)."""
@@ -168,6 +187,9 @@ class MetadataImage:
                                     p.partition_epoch, list(p.adding), list(p.removing))
                     for i, p in enumerate(t.partition_states)]
             out += [ConfigRecord(TOPIC_RESOURCE, t.name, k, v) for k, v in sorted(t.configs.items())]
+        for rtype, by_resource in ((BROKER_RESOURCE, self.broker_configs), (GROUP_RESOURCE, self.group_configs)):
+            out += [ConfigRecord(rtype, name, k, v) for name, configs in sorted(by_resource.items())
+                    for k, v in sorted(configs.items())]
         if self.next_producer_id:
             out.append(ProducerIdsRecord(-1, self.next_producer_id))
         if self.controller_epoch:

@@ -10,7 +10,7 @@ from typing import Union
 
 import msgspec
 
-BROKER_RESOURCE, TOPIC_RESOURCE = 4, 2      # ConfigResource types, as in Kafka's ConfigRecord
+BROKER_RESOURCE, TOPIC_RESOURCE, GROUP_RESOURCE = 4, 2, 32      # ConfigResource types, as in Kafka's ConfigRecord
 
 
 class RegisterBrokerRecord(msgspec.Struct, tag="RegisterBroker"):

@@ -1,10 +1,12 @@
-"""DescribeConfigs (key 32): topic configs (override, broker default or Kafka default) and broker configs."""
+"""DescribeConfigs (key 32): topic configs (override, broker default or Kafka default), broker configs (dynamic per
+broker, dynamic cluster-wide default, server.properties or Kafka's default) and KIP-848 group configs."""
 from __future__ import annotations
 
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
-from broker.config import BROKER_DEFAULTS
+from broker.config import BROKER_DEFAULTS, DYNAMIC_BROKER_CONFIGS
+from broker.config_admin import GROUP_CONFIGS, group_default
 from protocol import kio_codec
 from storage.log.log_config import TOPIC_CONFIGS
 from protocol.errors import ErrorCode
@@ -13,9 +15,13 @@ API_KEY = 32
 VERSIONS = (1, 4)
 DECODABLE = (1, 4)
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 # ConfigSource values
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = \
+    1, 2, 3, 4, 5
+GROUP_CONFIG = 8
+SOURCES = {"DYNAMIC_BROKER_CONFIG": DYNAMIC_BROKER_CONFIG, "DYNAMIC_DEFAULT_BROKER_CONFIG":
+           DYNAMIC_DEFAULT_BROKER_CONFIG, "STATIC_BROKER_CONFIG": STATIC_BROKER_CONFIG, "DEFAULT_CONFIG": DEFAULT_CONFIG}
 # ConfigType values
 _TYPE = {bool: 1, str: 2, int: 5, float: 6}
 
@@ -25,18 +31,23 @@ def _fmt(value) -> str:
 
 
 def topic_config_entries(broker, overrides: dict[str, str]) -> list[dict]:
-    resolved = broker.config.log_config(overrides)
-    defaults = broker.config.log_defaults()
+    config = broker.config
+    resolved = config.log_config(overrides)
+    defaults = config.log_defaults()
     out = []
     for name, d in TOPIC_CONFIGS.items():
         synonyms = []
+        broker_source = SOURCES[config.source_of(d.broker_name)] if d.broker_name in defaults else DEFAULT_CONFIG
         if name in overrides:
             source = DYNAMIC_TOPIC_CONFIG
             synonyms.append({"name": name, "value": overrides[name], "source": DYNAMIC_TOPIC_CONFIG})
         else:
-            source = STATIC_BROKER_CONFIG if d.broker_name in defaults else DEFAULT_CONFIG
-        if d.broker_name in defaults:
-            synonyms.append({"name": d.broker_name, "value": defaults[d.broker_name], "source": STATIC_BROKER_CONFIG})
+            source = broker_source
+        for layer, layer_source in ((config.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+                                    (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+                                    (config.props, STATIC_BROKER_CONFIG)):
+            if d.broker_name in layer:
+                synonyms.append({"name": d.broker_name, "value": layer[d.broker_name], "source": layer_source})
         synonyms.append({"name": d.broker_name, "value": _fmt(d.default), "source": DEFAULT_CONFIG})
         out.append({"name": name, "value": _fmt(resolved.get(name)), "read_only": False, "config_source": source,
                     "is_sensitive": False, "is_default": source == DEFAULT_CONFIG, "synonyms": synonyms,
@@ -66,16 +77,49 @@ def is_sensitive(name: str) -> bool:
 
 
 def _broker_entries(broker) -> list[dict]:
+    """This broker's configs, each from the layer that sets it, with the layers below as synonyms."""
+    config = broker.config
     out = []
-    for name in sorted(set(BROKER_DEFAULTS) | set(broker.config.props)):
-        explicit = name in broker.config.props
-        value = broker.config.get(name)
+    defaults = {**{d.broker_name: _fmt(d.default) for d in TOPIC_CONFIGS.values()}, **BROKER_DEFAULTS}
+    names = set(defaults) | set(config.props) | set(config.dynamic_default) | set(config.dynamic_broker)
+    for name in sorted(names):
+        source = SOURCES[config.source_of(name)]
+        value = config.get(name) if source != DEFAULT_CONFIG else defaults.get(name, "")
         if name == STORE_URL and value:
             value = absolute_store_url(value)
         sensitive = is_sensitive(name)
-        out.append({"name": name, "value": None if sensitive else value, "read_only": True,
-                    "config_source": STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG, "is_sensitive": sensitive,
-                    "is_default": not explicit, "synonyms": [], "config_type": 2, "documentation": None})
+        synonyms = [{"name": name, "value": layer[name], "source": layer_source}
+                    for layer, layer_source in ((config.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+                                                (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+                                                (config.props, STATIC_BROKER_CONFIG)) if name in layer]
+        if name in defaults:
+            synonyms.append({"name": name, "value": defaults[name], "source": DEFAULT_CONFIG})
+        out.append(_entry(name, None if sensitive else value, source, name not in DYNAMIC_BROKER_CONFIGS,
+                          sensitive, synonyms))
+    return out
+
+
+def _entry(name: str, value, source: int, read_only: bool, sensitive: bool = False, synonyms=()) -> dict:
+    return {"name": name, "value": value, "read_only": read_only, "config_source": source,
+            "is_sensitive": sensitive, "is_default": source == DEFAULT_CONFIG, "synonyms": list(synonyms),
+            "config_type": 2, "documentation": None}
+
+
+def _broker_default_entries(broker) -> list[dict]:
+    """The cluster-wide default resource (name ""): its dynamic configs only, as Kafka answers."""
+    return [_entry(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG, False)
+            for k, v in sorted(broker.topics.image.broker_configs.get("", {}).items())]
+
+
+def _group_entries(broker, group_id: str) -> list[dict]:
+    """A group's configs: its own (GROUP_CONFIG) or the broker's group.consumer.* default."""
+    own = broker.topics.image.group_configs.get(group_id, {})
+    out = []
+    for name in GROUP_CONFIGS:
+        e = _entry(name, own[name], GROUP_CONFIG, False) if name in own else \
+            _entry(name, group_default(broker.config, name), DEFAULT_CONFIG, False)
+        e["config_type"] = 3                # INT
+        out.append(e)
     return out
 
 
@@ -94,10 +138,18 @@ def handle(broker, req):
             else:
                 res["configs"] = topic_config_entries(broker, info.configs)
         elif r.resource_type == BROKER:
-            if r.resource_name not in ("", str(broker.node_id)):
-                res.update(error_code=ErrorCode.invalid_request, error_message=f"Unexpected broker id {r.resource_name}")
+            if r.resource_name == "":
+                res["configs"] = _broker_default_entries(broker)
+            elif r.resource_name != str(broker.node_id):
+                res.update(error_code=ErrorCode.invalid_request, error_message=f"Unexpected broker id, expected "
+                           f"{broker.node_id}, but received {r.resource_name}")
             else:
                 res["configs"] = _broker_entries(broker)
+        elif r.resource_type == GROUP:
+            if not r.resource_name:
+                res.update(error_code=ErrorCode.invalid_request, error_message="The group id must not be empty")
+            else:
+                res["configs"] = _group_entries(broker, r.resource_name)
         else:
             res.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type {r.resource_type}")
         keys = r.configuration_keys

@@ -30,6 +30,7 @@ class AdminClient:
             self.servers.append((host, int(port)))
         self.timeout = timeout
         self._conn: BrokerConnection | None = None
+        self._nodes: dict[int, BrokerConnection] = {}
 
     async def send(self, api_key: int, version: int, body):
         """The request to the first reachable bootstrap broker; its decoded response."""
@@ -51,6 +52,24 @@ class AdminClient:
                                        "allow_auto_topic_creation": False,
                                        "include_topic_authorized_operations": False})
 
+    async def send_to(self, node_id: int, api_key: int, version: int, body):
+        """The request to broker `node_id` (found through Metadata), for requests only that broker can answer,
+        such as DescribeConfigs of its own configs."""
+        conn = self._nodes.get(node_id)
+        if conn is None:
+            md = await self.metadata([])
+            b = next((b for b in md.brokers if b.node_id == node_id), None)
+            if b is None:
+                raise AdminError(f"Broker {node_id} is not in the cluster (brokers: "
+                                 f"{', '.join(str(b.node_id) for b in sorted(md.brokers, key=lambda b: b.node_id))})")
+            conn = self._nodes[node_id] = BrokerConnection(b.host, b.port, client_id="strata-admin")
+        try:
+            return await conn.send(api_key, version, body, timeout=self.timeout)
+        except (ConnectionFailed, OSError, asyncio.TimeoutError) as e:
+            self._nodes.pop(node_id, None).close()
+            raise AdminError(f"broker {node_id} did not answer: {e}") from None
+
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
+        for conn in [self._conn, *self._nodes.values()]:
+            if conn is not None:
+                conn.close()

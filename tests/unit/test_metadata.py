@@ -93,3 +93,18 @@ async def test_upgrade_from_the_json_topic_store_keeps_ids_configs_and_producer_
     assert not (tmp_path / LEGACY_FILE).exists() and (tmp_path / (LEGACY_FILE + ".migrated")).exists()
     again = LocalController(tmp_path, 7)                   # the migrated file is not read twice
     assert [t.name for t in again.image.topics()] == ["a", "b"] and again.image.next_producer_id == 6000
+
+
+def test_broker_and_group_configs_are_part_of_the_image_and_its_snapshot():
+    from metadata.records import BROKER_RESOURCE, GROUP_RESOURCE
+    image = MetadataImage().apply([ConfigRecord(BROKER_RESOURCE, "", "log.retention.ms", "1000"),
+                                   ConfigRecord(BROKER_RESOURCE, "2", "message.max.bytes", "2000"),
+                                   ConfigRecord(GROUP_RESOURCE, "g", "consumer.session.timeout.ms", "50000"),
+                                   ConfigRecord(BROKER_RESOURCE, "2", "message.max.bytes", None)])
+    assert dict(image.broker_configs) == {"": {"log.retention.ms": "1000"}}       # an emptied resource goes
+    assert dict(image.group_configs) == {"g": {"consumer.session.timeout.ms": "50000"}}
+    again = MetadataImage().apply(image.to_records())
+    assert (dict(again.broker_configs), dict(again.group_configs)) == \
+        (dict(image.broker_configs), dict(image.group_configs))
+    with pytest.raises(ValueError):
+        image.apply([ConfigRecord(99, "x", "a", "b")])

@@ -139,6 +139,11 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         part = self.replicas.get(gms.OFFSETS_TOPIC, self.store.partition_for(group_id))
         return part.wait_for_high_watermark(part.log_end_offset) if part is not None else None
 
+    def set_group_configs(self, configs) -> None:
+        """Per-group configs from the metadata image (KIP-848: consumer.session.timeout.ms and
+        consumer.heartbeat.interval.ms of consumer groups), applied from the next heartbeat on."""
+        self.consumer.group_configs = configs
+
     def _unload_partition(self, p: int) -> None:
         unloaded = [g for g in self.groups.values() if self.store.partition_for(g.group_id) == p]
         for group in unloaded:

@@ -33,6 +33,7 @@ import logging
 import re
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from broker.groups import metadata_store as gms
@@ -53,6 +54,10 @@ log = logging.getLogger("strata.groups.consumer")
 CONSUMER_DEFAULTS: dict[str, str] = {
     "group.consumer.session.timeout.ms": "45000",
     "group.consumer.heartbeat.interval.ms": "5000",
+    "group.consumer.min.session.timeout.ms": "45000",
+    "group.consumer.max.session.timeout.ms": "60000",
+    "group.consumer.min.heartbeat.interval.ms": "5000",
+    "group.consumer.max.heartbeat.interval.ms": "15000",
     "group.consumer.max.size": "2147483647",
     "group.consumer.assignors": "uniform,range",
 }
@@ -119,6 +124,7 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
         self.parent = parent
         self.session_timeout_ms = int(_setting(config, "group.consumer.session.timeout.ms"))
         self.heartbeat_interval_ms = int(_setting(config, "group.consumer.heartbeat.interval.ms"))
+        self.group_configs: Mapping[str, Mapping[str, str]] = {}   # KIP-848 per-group overrides, from the image
         self.max_size = int(_setting(config, "group.consumer.max.size"))
         names = [_ASSIGNOR_CLASSES.get(n.strip(), n.strip())
                  for n in _setting(config, "group.consumer.assignors").split(",") if n.strip()]
@@ -392,7 +398,8 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
         self._schedule_session_timeout(group_id, member_id)
         full = join or (rebalance_timeout_ms != -1 and subscribed_topic_names is not None and owned is not None)
         changed = final.assigned != before.assigned
-        return HeartbeatResult(ErrorCode.none, None, member_id, final.member_epoch, self.heartbeat_interval_ms,
+        return HeartbeatResult(ErrorCode.none, None, member_id, final.member_epoch,
+                               self._group_setting(group_id, "consumer.heartbeat.interval.ms", self.heartbeat_interval_ms),
                                final.assigned if full or changed else None)
 
     @staticmethod
@@ -525,7 +532,13 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         self._cancel(self._session_timers, (group_id, member_id))
         self._session_timers[(group_id, member_id)] = asyncio.get_running_loop().call_later(
-            self.session_timeout_ms / 1000, self._on_session_timeout, group_id, member_id)
+            self._group_setting(group_id, "consumer.session.timeout.ms", self.session_timeout_ms) / 1000,
+            self._on_session_timeout, group_id, member_id)
+
+    def _group_setting(self, group_id: str, name: str, default: int) -> int:
+        """A group config set with IncrementalAlterConfigs on the GROUP resource, else the broker's default."""
+        value = self.group_configs.get(group_id, {}).get(name)
+        return default if value is None else int(value)
 
     def _on_session_timeout(self, group_id: str, member_id: str) -> None:
         self._session_timers.pop((group_id, member_id), None)
