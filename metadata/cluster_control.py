@@ -194,6 +194,9 @@ class ClusterControl:
         self.session_timeout = session_timeout_ms / 1000
         self.clock = clock
         self.last_heartbeat: dict[int, float] = {}
+        # each broker's metadata log position as its heartbeats report it: (offset, when reported, when last caught
+        # up), wall-clock milliseconds as DescribeQuorum answers them
+        self.metadata_positions: dict[int, tuple[int, int, int]] = {}
         self._active_epoch = -1
         self._task: asyncio.Task | None = None
 
@@ -237,6 +240,10 @@ class ClusterControl:
             return ErrorCode.stale_broker_epoch, False, True, False
         self.last_heartbeat[broker_id] = self.clock()
         caught_up = metadata_offset >= b.epoch
+        now_ms = int(time.time() * 1000)
+        _, _, last_caught_up = self.metadata_positions.get(broker_id, (-1, -1, -1))
+        self.metadata_positions[broker_id] = (metadata_offset, now_ms,
+                                              now_ms if metadata_offset >= self.image.offset else last_caught_up)
         if want_shut_down:
             records = fence_records(self.image, broker_id)
             if records:

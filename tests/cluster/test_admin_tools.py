@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-STRATA = str(Path(sys.executable).parent / "strata")
+STRATA = str(Path(sys.executable).parent / "strata")     # the installed entry point, as a user runs it
 
 
 def strata(*args: str) -> subprocess.CompletedProcess:
@@ -80,9 +80,16 @@ def test_cluster_shows_brokers_racks_controller_and_fenced_ones(cluster):
     lines = r.stdout.splitlines()
     controller = int(lines[1].split(": ")[1])
     assert lines[0].startswith("Cluster id: ") and controller in (1, 2, 3)
-    assert [line.split("\t")[0] for line in lines[2:]] == ["Broker 1", "Broker 2", "Broker 3"]
-    assert [line.split("\t")[2] for line in lines[2:]] == ["rack: a", "rack: b", "rack: c"]
-    assert all(line.endswith("\tunfenced") for line in lines[2:])
+    assert [line.split("\t")[0] for line in lines[2:5]] == ["Broker 1", "Broker 2", "Broker 3"]
+    assert [line.split("\t")[2] for line in lines[2:5]] == ["rack: a", "rack: b", "rack: c"]
+    assert all(line.endswith("\tunfenced") for line in lines[2:5])
+    # the metadata log: its end at the controller, and each broker's position from its heartbeats
+    assert lines[5].startswith("Metadata log: high watermark ")
+    end = int(lines[5].split()[4].rstrip(","))
+    nodes = [line.split("\t") for line in lines[6:]]
+    assert [(n[0].strip(), n[1]) for n in nodes] == \
+        [(f"node {i}", "controller" if i == controller else "observer") for i in (1, 2, 3)]
+    assert all(0 < int(n[2].split()[-1]) <= end for n in nodes), lines
     victim = next(i for i in (1, 2, 3) if i != controller)
     cluster.brokers[victim].kill9()
     deadline = time.monotonic() + 30
