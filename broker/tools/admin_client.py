@@ -30,6 +30,7 @@ class AdminClient:
             self.servers.append((host, int(port)))
         self.timeout = timeout
         self._conn: BrokerConnection | None = None
+        self._brokers: dict[tuple[str, int], BrokerConnection] = {}
 
     async def send(self, api_key: int, version: int, body):
         """The request to the first reachable bootstrap broker; its decoded response."""
@@ -38,13 +39,28 @@ class AdminClient:
                 [BrokerConnection(h, p, client_id="strata-admin") for h, p in self.servers]:
             try:
                 resp = await conn.send(api_key, version, body, timeout=self.timeout)
-                self._conn = conn
+                if self._conn not in (None, conn):
+                    conn.close()              # a concurrent request got there first: keep one connection
+                else:
+                    self._conn = conn
                 return resp
             except (ConnectionFailed, OSError, asyncio.TimeoutError) as e:
                 last = e
                 conn.close()
                 self._conn = None if conn is self._conn else self._conn
         raise AdminError(f"no broker of {', '.join(f'{h}:{p}' for h, p in self.servers)} answered: {last}")
+
+    async def send_to(self, host: str, port: int, api_key: int, version: int, body):
+        """The request to one given broker (a group's coordinator, a partition's leader), over a kept connection."""
+        conn = self._brokers.get((host, port)) or self._brokers.setdefault(
+            (host, port), BrokerConnection(host, port, client_id="strata-admin"))
+        try:
+            return await conn.send(api_key, version, body, timeout=self.timeout)
+        except (ConnectionFailed, OSError, asyncio.TimeoutError) as e:
+            if self._brokers.get((host, port)) is conn:
+                del self._brokers[(host, port)]
+            conn.close()
+            raise AdminError(f"broker {host}:{port} did not answer: {e}") from None
 
     async def metadata(self, topics: list[str] | None = None):
         return await self.send(3, 12, {"topics": None if topics is None else [{"name": t} for t in topics],
@@ -54,3 +70,5 @@ class AdminClient:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+        for conn in self._brokers.values():
+            conn.close()
