@@ -30,7 +30,7 @@ class AdminClient:
             self.servers.append((host, int(port)))
         self.timeout = timeout
         self._conn: BrokerConnection | None = None
-        self._nodes: dict[int, BrokerConnection] = {}
+        self._brokers: dict[tuple[str, int], BrokerConnection] = {}
 
     async def send(self, api_key: int, version: int, body):
         """The request to the first reachable bootstrap broker; its decoded response."""
@@ -39,7 +39,10 @@ class AdminClient:
                 [BrokerConnection(h, p, client_id="strata-admin") for h, p in self.servers]:
             try:
                 resp = await conn.send(api_key, version, body, timeout=self.timeout)
-                self._conn = conn
+                if self._conn not in (None, conn):
+                    conn.close()              # a concurrent request got there first: keep one connection
+                else:
+                    self._conn = conn
                 return resp
             except (ConnectionFailed, OSError, asyncio.TimeoutError) as e:
                 last = e
@@ -47,29 +50,35 @@ class AdminClient:
                 self._conn = None if conn is self._conn else self._conn
         raise AdminError(f"no broker of {', '.join(f'{h}:{p}' for h, p in self.servers)} answered: {last}")
 
+    async def send_to(self, host: str, port: int, api_key: int, version: int, body):
+        """The request to one given broker (a group's coordinator, a partition's leader), over a kept connection."""
+        conn = self._brokers.get((host, port)) or self._brokers.setdefault(
+            (host, port), BrokerConnection(host, port, client_id="strata-admin"))
+        try:
+            return await conn.send(api_key, version, body, timeout=self.timeout)
+        except (ConnectionFailed, OSError, asyncio.TimeoutError) as e:
+            if self._brokers.get((host, port)) is conn:
+                del self._brokers[(host, port)]
+            conn.close()
+            raise AdminError(f"broker {host}:{port} did not answer: {e}") from None
+
+    async def send_to_node(self, node_id: int, api_key: int, version: int, body):
+        """The request to broker `node_id`, found through Metadata, for what only that broker can answer (its own
+        configs in DescribeConfigs)."""
+        md = await self.metadata([])
+        b = next((b for b in md.brokers if b.node_id == node_id), None)
+        if b is None:
+            raise AdminError(f"Broker {node_id} is not in the cluster (brokers: "
+                             f"{', '.join(str(b.node_id) for b in sorted(md.brokers, key=lambda b: b.node_id))})")
+        return await self.send_to(b.host, b.port, api_key, version, body)
+
     async def metadata(self, topics: list[str] | None = None):
         return await self.send(3, 12, {"topics": None if topics is None else [{"name": t} for t in topics],
                                        "allow_auto_topic_creation": False,
                                        "include_topic_authorized_operations": False})
 
-    async def send_to(self, node_id: int, api_key: int, version: int, body):
-        """The request to broker `node_id` (found through Metadata), for requests only that broker can answer,
-        such as DescribeConfigs of its own configs."""
-        conn = self._nodes.get(node_id)
-        if conn is None:
-            md = await self.metadata([])
-            b = next((b for b in md.brokers if b.node_id == node_id), None)
-            if b is None:
-                raise AdminError(f"Broker {node_id} is not in the cluster (brokers: "
-                                 f"{', '.join(str(b.node_id) for b in sorted(md.brokers, key=lambda b: b.node_id))})")
-            conn = self._nodes[node_id] = BrokerConnection(b.host, b.port, client_id="strata-admin")
-        try:
-            return await conn.send(api_key, version, body, timeout=self.timeout)
-        except (ConnectionFailed, OSError, asyncio.TimeoutError) as e:
-            self._nodes.pop(node_id, None).close()
-            raise AdminError(f"broker {node_id} did not answer: {e}") from None
-
     def close(self) -> None:
-        for conn in [self._conn, *self._nodes.values()]:
-            if conn is not None:
-                conn.close()
+        if self._conn is not None:
+            self._conn.close()
+        for conn in self._brokers.values():
+            conn.close()

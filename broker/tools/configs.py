@@ -112,7 +112,7 @@ async def _describe_one(client: AdminClient, etype: str, name: str) -> list:
     if etype == "brokers" and name != "":
         if not name.isdigit():
             raise AdminError(f"The entity name for brokers must be a valid integer broker id, but it is: {name}")
-        resp = await client.send_to(int(name), 32, 4, body)
+        resp = await client.send_to_node(int(name), 32, 4, body)
     else:
         resp = await client.send(32, 4, body)
     r = resp.results[0]
