@@ -1,6 +1,7 @@
 """`strata broker --config FILE [--env-prefix STRATA_] [--override key=value ...] [--print-config]`,
 `strata check --bootstrap HOST:PORT` (an ApiVersions round trip: the container image's health check), and the admin
-tools with Kafka's verbs: `strata topics` (kafka-topics.sh), `strata cluster`."""
+tools with Kafka's verbs: `strata topics` (kafka-topics.sh), `strata reassign`
+(kafka-reassign-partitions.sh), `strata cluster`."""
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,9 @@ def _parser() -> argparse.ArgumentParser:
                    "--override")
     b.add_argument("--print-config", action="store_true", help="print the settings given (not the defaults) and exit")
     b.add_argument("--log-level", default="INFO")
-    from broker.tools import cluster_info, topics
+    from broker.tools import cluster_info, reassign, topics
     topics.add_parser(sub)
+    reassign.add_parser(sub)
     cluster_info.add_parser(sub)
     c = sub.add_parser("check", help="exit 0 if a broker answers ApiVersions")
     c.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
