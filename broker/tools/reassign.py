@@ -422,11 +422,12 @@ class LogDirSizes:
 
 
 def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
         n /= 1024
-    return f"{n:.1f} TiB"
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
 
 
 async def _progress_line(client: AdminClient, sizes: LogDirSizes, states: dict, moving: dict) -> str:

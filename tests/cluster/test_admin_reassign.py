@@ -233,8 +233,8 @@ def test_bad_arguments_get_kafkas_messages_and_start_nothing(cluster, topic_name
     ]
     for args, text in cases:
         r = reassign(cluster, *args)
-        assert (r.returncode, r.stdout) == (1, "") and r.stderr.startswith("Error while executing reassign command : ") \
-            and text in r.stderr, (args, r.returncode, r.stdout, r.stderr)
+        assert (r.returncode, r.stdout) == (1, "") and text in r.stderr and \
+            r.stderr.startswith("Error while executing reassign command : "), (args, r.returncode, r.stdout, r.stderr)
     r = strata("reassign", "--list")
     assert r.returncode == 2 and "--bootstrap-server" in r.stderr
     assert reassign(cluster, "--list").stdout == "No partition reassignments found.\n"
