@@ -1,7 +1,8 @@
 """`strata broker --config FILE [--env-prefix STRATA_] [--override key=value ...] [--print-config]`,
 `strata check --bootstrap HOST:PORT` (an ApiVersions round trip: the container image's health check), and the admin
 tools with Kafka's verbs (broker/tools/): `strata topics` (kafka-topics.sh), `strata groups`
-(kafka-consumer-groups.sh), `strata configs` (kafka-configs.sh), `strata cluster`."""
+(kafka-consumer-groups.sh), `strata configs` (kafka-configs.sh), `strata reassign` (kafka-reassign-partitions.sh),
+`strata cluster`."""
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,8 @@ def _parser() -> argparse.ArgumentParser:
                    "--override")
     b.add_argument("--print-config", action="store_true", help="print the settings given (not the defaults) and exit")
     b.add_argument("--log-level", default="INFO")
-    from broker.tools import cluster_info, configs, groups, topics
-    for tool in (topics, groups, configs, cluster_info):
+    from broker.tools import cluster_info, configs, groups, reassign, topics
+    for tool in (topics, groups, configs, reassign, cluster_info):
         tool.add_parser(sub)
     c = sub.add_parser("check", help="exit 0 if a broker answers ApiVersions")
     c.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")

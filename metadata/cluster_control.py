@@ -156,20 +156,26 @@ def reassign(image: MetadataImage, t: TopicImage, index: int, target: list[int] 
         if not p.adding and not p.removing:
             return ErrorCode.no_reassignment_in_progress, f"no reassignment of {t.name}-{index} in progress", []
         original = tuple(r for r in p.replicas if r not in p.adding)
-        isr = tuple(r for r in p.isr if r in original) or p.isr
-        leader = p.leader if p.leader in original else next((r for r in original if r in isr), -1)
+        isr = tuple(r for r in p.isr if r in original)
+        if not isr:                  # only added replicas are in sync: going back would lose what they acknowledged
+            return ErrorCode.invalid_replica_assignment, f"Unable to revert partition assignment for {t.name}:" \
+                f"{index} because it would require an unclean leader election.", []
+        leader = p.leader if p.leader in original else \
+            next((r for r in original if r in isr and _unfenced(image, r)), -1)
         return 0, "", [_changed(t, index, p, replicas=original, isr=isr, leader=leader, adding=(), removing=())]
     if len(set(target)) != len(target) or not target:
         return ErrorCode.invalid_replica_assignment, "the target replicas are empty or repeat a broker", []
     unknown = [b for b in target if b not in image.brokers]
     if unknown:
         return ErrorCode.invalid_replica_assignment, f"brokers {unknown} are not registered", []
-    original = tuple(r for r in p.replicas if r not in p.adding)      # a new target replaces one in progress
-    if tuple(target) == original and not p.adding:
+    # A new target replaces one in progress from the current replicas, the ones being added included (KRaft's
+    # changePartitionReassignment), so the ISR stays within the replicas.
+    current = p.replicas
+    if tuple(target) == current and not p.adding and not p.removing:
         return 0, "", []
-    replicas = tuple(target) + tuple(r for r in original if r not in target)
-    record = _changed(t, index, p, replicas=replicas, adding=[r for r in target if r not in original],
-                      removing=[r for r in original if r not in target])
+    replicas = tuple(target) + tuple(r for r in current if r not in target)
+    record = _changed(t, index, p, replicas=replicas, adding=[r for r in target if r not in current],
+                      removing=[r for r in current if r not in target])
     return 0, "", [record]
 
 

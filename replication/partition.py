@@ -71,6 +71,17 @@ class Partition:
         return self.log.log_end_offset
 
     @property
+    def size_bytes(self) -> int:
+        """The bytes of this replica's local log segments (what DescribeLogDirs reports as partition_size)."""
+        return self.log.size_bytes()
+
+    @property
+    def end_offset_lag(self) -> int:
+        """How far the log end is below the high watermark (Kafka's getLogEndOffsetLag for a current log). A
+        follower's high watermark is capped at its own log end, so this is 0 there, as in Kafka."""
+        return max(self.log.high_watermark - self.log.log_end_offset, 0)
+
+    @property
     def remote_log_enabled(self) -> bool:
         return self.remote is not None and self.log.remote_log_enabled
 

@@ -156,6 +156,10 @@ class ReplicaManager:
             part.log.delete()
         shutil.rmtree(self.log_dir / f"{topic}-{index}", ignore_errors=True)
 
+    def hosted(self) -> list[Partition]:
+        """Every partition replica this broker holds (DescribeLogDirs)."""
+        return list(self.partitions.values())
+
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
