@@ -25,8 +25,9 @@ def _parser() -> argparse.ArgumentParser:
                    "--override")
     b.add_argument("--print-config", action="store_true", help="print the settings given (not the defaults) and exit")
     b.add_argument("--log-level", default="INFO")
-    from broker.tools import cluster_info, topics
+    from broker.tools import cluster_info, perf, topics
     topics.add_parser(sub)
+    perf.add_parser(sub)
     cluster_info.add_parser(sub)
     c = sub.add_parser("check", help="exit 0 if a broker answers ApiVersions")
     c.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
