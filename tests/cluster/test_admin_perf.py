@@ -20,8 +20,9 @@ from tests.cluster.helpers import create
 MIB = 1024 * 1024
 WINDOW = re.compile(r"^(\d+) records sent, \d+\.\d records/sec \(\d+\.\d\d MB/sec\), \d+\.\d ms avg latency, "
                     r"\d+\.\d ms max latency\.$")
-SUMMARY = re.compile(r"^(\d+) records sent, \d+\.\d{6} records/sec \(\d+\.\d\d MB/sec\), \d+\.\d\d ms avg latency, "
-                     r"\d+\.\d\d ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th\.$")
+SUMMARY = re.compile(r"^(\d+) records sent, \d+\.\d{6} records/sec \(\d+\.\d\d MB/sec\), "
+                     r"(?:\d+\.\d\d|NaN) ms avg latency, \d+\.\d\d ms max latency, "
+                     r"(\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th\.$")
 HEADER = "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, " \
          "fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
 DATE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}$")
@@ -156,6 +157,15 @@ def test_ctrl_c_prints_the_summary_so_far(perf_cluster, topic_name):
     assert proc.returncode == 130, err
     f = rest.splitlines()[-1].split(", ")
     assert len(f) == 10 and 0 <= int(f[4]) <= sent, rest
+
+
+def test_records_the_broker_refuses_are_reported_after_the_summary(perf_cluster, topic_name):
+    create(perf_cluster, topic_name, rf=3, configs={"max.message.bytes": "500"})
+    r = strata("perf", "produce", "--bootstrap-server", perf_cluster.bootstrap, "--topic", topic_name,
+               "--num-records", "5", "--record-size", "1000", "--throughput", "-1")
+    assert r.returncode == 1 and int(summary(r.stdout).group(1)) == 0, r.stdout + r.stderr
+    assert "Error: record not delivered: Broker: Message size too large" in r.stderr
+    assert "Error while executing perf command : 5 of 5 records not delivered" in r.stderr
 
 
 def test_missing_topic_is_an_error_and_is_not_created(perf_cluster):
