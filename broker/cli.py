@@ -2,7 +2,7 @@
 `strata check --bootstrap HOST:PORT` (an ApiVersions round trip: the container image's health check), and the admin
 tools with Kafka's verbs (broker/tools/): `strata topics` (kafka-topics.sh), `strata groups`
 (kafka-consumer-groups.sh), `strata configs` (kafka-configs.sh), `strata reassign` (kafka-reassign-partitions.sh),
-`strata cluster`."""
+`strata perf` (kafka-producer/consumer-perf-test.sh), `strata cluster`."""
 from __future__ import annotations
 
 import argparse
@@ -27,8 +27,8 @@ def _parser() -> argparse.ArgumentParser:
                    "--override")
     b.add_argument("--print-config", action="store_true", help="print the settings given (not the defaults) and exit")
     b.add_argument("--log-level", default="INFO")
-    from broker.tools import cluster_info, configs, groups, reassign, topics
-    for tool in (topics, groups, configs, reassign, cluster_info):
+    from broker.tools import cluster_info, configs, groups, perf, reassign, topics
+    for tool in (topics, groups, configs, reassign, perf, cluster_info):
         tool.add_parser(sub)
     c = sub.add_parser("check", help="exit 0 if a broker answers ApiVersions")
     c.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
