@@ -13,14 +13,17 @@ log = logging.getLogger("strata.metadata_publisher")
 
 
 class MetadataPublisher:
-    def __init__(self, replicas, groups):
+    def __init__(self, replicas, groups, traffic=None):
         self.replicas = replicas
         self.groups = groups
+        self.traffic = traffic          # replication.traffic_metrics.TrafficMetrics: per-topic series to drop
 
     def __call__(self, old: MetadataImage, new: MetadataImage) -> None:
         deleted = [t for tid, t in old.topics_by_id.items() if tid not in new.topics_by_id]
         for t in deleted:
             self.replicas.delete_topic(t)
+            if self.traffic is not None:
+                self.traffic.forget_topic(t.name)
             log.info("deleted topic %s", t.name)
         if deleted:
             self.groups.on_topics_deleted([t.name for t in deleted])
