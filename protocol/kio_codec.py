@@ -82,8 +82,11 @@ def with_error_counts(api_key: int, version: int, body) -> bytes:
     """A response body received from another broker (a forwarded request's answer), as an EncodedResponse; as it
     came when it does not decode."""
     schema = response_schema(api_key, version)
+    data = bytes(body)
     try:
-        entity, _ = _reader(schema)(memoryview(bytes(body)).toreadonly(), 0)
+        if check_structure(schema, data, 0):     # first, as in decode_request: kio's reader trusts array lengths
+            data = strip_unknown_tags(schema, data, 0)
+        entity, _ = _reader(schema)(memoryview(data).toreadonly(), 0)
     except Exception:
         return bytes(body)
     encoded = EncodedResponse(body)
