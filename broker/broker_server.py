@@ -171,8 +171,9 @@ class Broker:
 
     async def _produce_to_leader(self, leader_id: int, topic: str, partition: int, batch: bytes) -> int:
         """One batch to the leader of an internal topic's partition (acks=all); the partition's error code."""
-        resp = await self.peer_connection(leader_id).send(0, 8, {"transactional_id": None, "acks": -1, "timeout": 30000, "topic_data": [
-            {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+        resp = await self.peer_connection(leader_id).send(0, 8, {
+            "transactional_id": None, "acks": -1, "timeout": 30000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
         return int(resp.responses[0].partition_responses[0].error_code)
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int]:

@@ -63,7 +63,8 @@ def test_request_times_and_bytes_are_counted(tmp_path, topic_name):
             m["kafka_server_brokertopicmetrics_bytes_in_total" + topic]
         assert m["kafka_server_replicamanager_leader_count"] == m["kafka_server_replicamanager_partition_count"] >= 1
         assert m["kafka_server_replicamanager_under_replicated_partitions"] == 0
-        assert m["kafka_server_replicamanager_isr_shrinks_total"] == m["kafka_server_replicamanager_isr_expands_total"] == 0
+        rm = "kafka_server_replicamanager_"
+        assert m[rm + "isr_shrinks_total"] == m[rm + "isr_expands_total"] == m[rm + "failed_isr_updates_total"] == 0
         assert m["kafka_controller_kafkacontroller_active_controller_count"] == 1
         assert m["kafka_controller_kafkacontroller_offline_partitions_count"] == 0
 
