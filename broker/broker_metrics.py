@@ -1,10 +1,64 @@
-"""Gauges Kafka operators alert on, computed when Prometheus scrapes (nothing is counted on the request path):
-ReplicaManager's partition, leader, under-replicated and under-min-ISR counts from this broker's replicas, and the
-controller's active, offline-partition and broker counts from the metadata image (non-zero only on the active
-controller, as in Kafka, so that a sum over the cluster counts each once)."""
+"""Broker metrics beyond the request-time histogram (docs/metrics.md), in Kafka's names turned Prometheus' way.
+
+Most are computed when Prometheus scrapes, from state the broker keeps anyway: ReplicaManager's partition, leader,
+under-replicated and under-min-ISR counts and its ISR change counts (counted by the replication layer as plain
+ints), each local log's size, and the controller's active, offline-partition and broker counts from the metadata
+image (non-zero only on the active controller, as in Kafka, so that a sum over the cluster counts each once).
+The one thing counted on the request path is ErrorsPerSec (RequestErrors), as plain ints as well."""
 from __future__ import annotations
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from protocol.errors import ErrorCode
+
+
+def error_name(code: int) -> str:
+    """Kafka's Errors enum name (NONE, NOT_LEADER_OR_FOLLOWER, ...), the `error` label of ErrorsPerSec."""
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return str(code)
+
+
+class RequestErrors:
+    """Kafka's RequestMetrics ErrorsPerSec: every error code in every response, NONE included, by API, as the
+    counter kafka_network_requestmetrics_errors_total{request, error}. Produce and Fetch (hand-encoded) count in
+    their handlers, every other response where the socket server sends it (its EncodedResponse carries the codes).
+    NONE counts sit in a list slot per API key and other codes in a dict: an add is a few list and dict operations
+    on the request path; the counter family is built when Prometheus scrapes."""
+
+    def __init__(self, request_name, max_api_key: int):
+        self.request_name = request_name              # api key -> "Produce", "Fetch", ...
+        self.none = [0] * (max_api_key + 1)
+        self.errors: dict[tuple[int, int], int] = {}  # (api key, error code) -> count, codes other than NONE
+
+    def add(self, api_key: int, none: int, errors: dict[int, int] | None = None) -> None:
+        self.none[api_key] += none
+        if errors:
+            counts = self.errors
+            for code, n in errors.items():
+                key = (api_key, int(code))
+                counts[key] = counts.get(key, 0) + n
+
+    def add_counts(self, api_key: int, counts: dict[int, int]) -> None:
+        """A response's {code: count}, NONE among them."""
+        self.none[api_key] += counts.get(0, 0)
+        errors = self.errors
+        for code, n in counts.items():
+            if code:
+                key = (api_key, code)
+                errors[key] = errors.get(key, 0) + n
+
+    def collect(self):
+        fam = CounterMetricFamily("kafka_network_requestmetrics_errors", "ErrorsPerSec: error codes in responses, "
+                                  "by API and error (NONE: successes), each code in a response counted",
+                                  labels=["request", "error"])
+        for api_key, n in enumerate(self.none):
+            if n:
+                fam.add_metric([self.request_name(api_key), "NONE"], n)
+        for (api_key, code), n in sorted(self.errors.items()):
+            fam.add_metric([self.request_name(api_key), error_name(code)], n)
+        yield fam
 
 
 class BrokerStateCollector:
@@ -22,6 +76,19 @@ class BrokerStateCollector:
         yield GaugeMetricFamily(rm + "under_min_isr_partition_count", "UnderMinIsrPartitionCount: led here with an ISR "
                                 "below min.insync.replicas",
                                 sum(len(p.isr) < p.log.config.min_insync_replicas for p in leaders))
+        isr = self.broker.replicas.isr_changes
+        yield CounterMetricFamily(rm + "isr_shrinks", "IsrShrinksPerSec: ISR shrinks of partitions led here, "
+                                  "counted when the controller committed them", isr.shrinks)
+        yield CounterMetricFamily(rm + "isr_expands", "IsrExpandsPerSec: ISR expansions of partitions led here, "
+                                  "counted when the controller committed them", isr.expands)
+        yield CounterMetricFamily(rm + "failed_isr_updates", "FailedIsrUpdatesPerSec: ISR changes the controller "
+                                  "refused or that went stale", isr.failed)
+        size = GaugeMetricFamily("kafka_log_log_size", "Size: bytes of a partition's local log segments (replicas "
+                                 "hosted here; a tiered topic's remote bytes: ..._remote_log_size_bytes)",
+                                 labels=["topic", "partition"])
+        for p in parts:
+            size.add_metric([p.topic, str(p.index)], p.log.size_bytes())
+        yield size
         image = self.broker.topics.image
         active = bool(getattr(self.broker.controller, "active", False))
         kc = "kafka_controller_kafkacontroller_"

@@ -95,8 +95,13 @@ class Broker:
             "response, by API (its _count is RequestsPerSec)", ["request"], registry=self.metrics_registry,
             buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
         self._request_time_of: dict[int, object] = {}
-        from broker.broker_metrics import BrokerStateCollector
+        from broker.broker_metrics import BrokerStateCollector, RequestErrors
+        self.request_errors = RequestErrors(self.request_name, max(self.handlers))
+        self.metrics_registry.register(self.request_errors)
         self.metrics_registry.register(BrokerStateCollector(self))
+        from broker.group_metrics import GroupMetricsCollector
+        self.group_metrics = GroupMetricsCollector(self)
+        self.metrics_registry.register(self.group_metrics)
         from replication.traffic_metrics import PRICE_DEFAULTS, TrafficMetrics
         self.traffic = TrafficMetrics(self.metrics_registry, {k: float(config.get(k)) for k in PRICE_DEFAULTS})
         self.wal_reader = None
@@ -132,10 +137,13 @@ class Broker:
         """The request-time histogram of one API (Kafka's RequestMetrics TotalTimeMs, labelled like request=Produce)."""
         child = self._request_time_of.get(api_key)
         if child is None:
-            mod = self.handlers.get(api_key)
-            name = "".join(w.capitalize() for w in mod.__name__.rsplit(".", 1)[1].split("_")) if mod else str(api_key)
-            child = self._request_time_of[api_key] = self._request_time.labels(name)
+            child = self._request_time_of[api_key] = self._request_time.labels(self.request_name(api_key))
         return child
+
+    def request_name(self, api_key: int) -> str:
+        """Kafka's ApiKeys name of an API (Produce, ListOffsets, ...), from its handler module's name."""
+        mod = self.handlers.get(api_key)
+        return "".join(w.capitalize() for w in mod.__name__.rsplit(".", 1)[1].split("_")) if mod else str(api_key)
 
     def _start_wal(self, config) -> None:
         """With a fast store (remote.wal.storage.url): the WAL combiner of this broker's leaders and the WAL reader
@@ -152,15 +160,20 @@ class Broker:
                                     timeout=config.get_int("remote.wal.follower.stall.timeout.ms") / 1000)
         log.info("WAL replication on: uploads to fast store %r (%s)", stores.local_name, urls[stores.local_name])
 
+    def peer_connection(self, broker_id: int) -> BrokerConnection:
+        """This broker's connection to another one (internal-topic produces, group lag's end offsets)."""
+        conn = self._peer_connections.get(broker_id)
+        endpoint = self._endpoint_of(broker_id)
+        if conn is None or (conn.host, conn.port) != endpoint:
+            conn = self._peer_connections[broker_id] = BrokerConnection(*endpoint,
+                                                                        client_id=f"strata-broker-{self.node_id}")
+        return conn
+
     async def _produce_to_leader(self, leader_id: int, topic: str, partition: int, batch: bytes) -> int:
         """One batch to the leader of an internal topic's partition (acks=all); the partition's error code."""
-        conn = self._peer_connections.get(leader_id)
-        endpoint = self._endpoint_of(leader_id)
-        if conn is None or (conn.host, conn.port) != endpoint:
-            conn = self._peer_connections[leader_id] = BrokerConnection(*endpoint,
-                                                                        client_id=f"strata-broker-{self.node_id}")
-        resp = await conn.send(0, 8, {"transactional_id": None, "acks": -1, "timeout": 30000, "topic_data": [
-            {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+        resp = await self.peer_connection(leader_id).send(0, 8, {
+            "transactional_id": None, "acks": -1, "timeout": 30000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
         return int(resp.responses[0].partition_responses[0].error_code)
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int]:
@@ -222,7 +235,7 @@ class Broker:
             await self._listen()
 
     def _start_replicas(self) -> None:
-        publisher = MetadataPublisher(self.replicas, self.groups, self.config)
+        publisher = MetadataPublisher(self.replicas, self.groups, self.config, self.traffic)
         publisher.load(self.topics.image)          # dynamic configs first: the logs open with them
         self.replicas.startup()
         self.controller.add_publisher(publisher)
@@ -269,6 +282,7 @@ class Broker:
     def _start_metrics(self) -> None:
         metrics_port = self.config.get_int("metrics.port")
         if metrics_port >= 0:
+            self.group_metrics.start()
             from prometheus_client import start_http_server
             self._metrics_server, _ = start_http_server(metrics_port, addr=self.config.listener[0],
                                                         registry=self.metrics_registry)
@@ -302,13 +316,13 @@ class Broker:
         if self.replicas.remote_wal is not None:
             await self.replicas.remote_wal.stop()
             await self.replicas.remote_wal.stores.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
         if self.cluster_mode:
             self.controller_channel.close()
             for conn in self._peer_connections.values():
                 conn.close()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
         self.replicas.shutdown()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from protocol import kio_codec
 from protocol.client import BrokerConnection, ConnectionFailed
 
 log = logging.getLogger("strata.controller_channel")
@@ -88,7 +89,7 @@ async def forward(broker, req):
         try:
             body = await broker.controller_channel.forward(req)
             await broker.controller.refresh()
-            return body
+            return kio_codec.with_error_counts(req.api_key, req.api_version, body)   # counted as if answered here
         except ControllerUnavailable as e:
             if asyncio.get_running_loop().time() > deadline:
                 raise RuntimeError(f"no controller to forward api key {req.api_key} to: {e}") from None

@@ -13,10 +13,11 @@ log = logging.getLogger("strata.metadata_publisher")
 
 
 class MetadataPublisher:
-    def __init__(self, replicas, groups, config):
+    def __init__(self, replicas, groups, config, traffic=None):
         self.replicas = replicas
         self.groups = groups
-        self.config = config                # the BrokerConfig, whose dynamic layer follows the image
+        self.config = config            # the BrokerConfig, whose dynamic layer follows the image
+        self.traffic = traffic          # replication.traffic_metrics.TrafficMetrics: per-topic series to drop
 
     def load(self, image: MetadataImage) -> None:
         """The image this broker starts from, before it opens its replicas: its dynamic configs."""
@@ -31,6 +32,8 @@ class MetadataPublisher:
         deleted = [t for tid, t in old.topics_by_id.items() if tid not in new.topics_by_id]
         for t in deleted:
             self.replicas.delete_topic(t)
+            if self.traffic is not None:
+                self.traffic.forget_topic(t.name)
             log.info("deleted topic %s", t.name)
         if deleted:
             self.groups.on_topics_deleted([t.name for t in deleted])

@@ -13,6 +13,8 @@ from collections import deque
 from broker.controller_channel import forward
 from broker.handlers import Request, api_versions
 from protocol import kio_codec
+from protocol.errors import ErrorCode
+from protocol.kio_codec import EncodedResponse
 from protocol.wire import HEADER_FIXED, I32, MalformedRequest, read_i16, skip_tagged_fields
 
 log = logging.getLogger("strata.server")
@@ -139,6 +141,7 @@ class KafkaConnection(asyncio.Protocol):
             self.close("unknown api key %d (version %d)", api_key, version)
             return
         if api_key == api_versions.API_KEY and version > handler.VERSIONS[1]:
+            self.broker.request_errors.add(api_key, 0, {ErrorCode.unsupported_version: 1})
             self._reply(corr, False, api_versions.unsupported_version_reply())
             return
         if not handler.DECODABLE[0] <= version <= handler.DECODABLE[1]:
@@ -172,6 +175,8 @@ class KafkaConnection(asyncio.Protocol):
                 self._pause()
             return
         self.broker.request_time(api_key).observe(time.perf_counter() - started)
+        if result.__class__ is EncodedResponse:
+            self.broker.request_errors.add_counts(api_key, result.error_counts)
         if self.queue:
             self.queue.append([True, corr, flex_header, result])
         elif result is not None:
@@ -190,7 +195,9 @@ class KafkaConnection(asyncio.Protocol):
                 self.close("internal error while handling a request")
             return
         slot[0] = True
-        slot[3] = task.result()
+        slot[3] = result = task.result()
+        if result.__class__ is EncodedResponse:
+            self.broker.request_errors.add_counts(api_key, result.error_counts)
         queue = self.queue
         while queue and queue[0][0]:
             _, corr, flex_header, body = queue.popleft()

@@ -62,11 +62,70 @@ def decode_request(api_key: int, version: int, buf, offset: int):
     return entity
 
 
-def encode_response(api_key: int, version: int, body: dict) -> bytes:
+class EncodedResponse(bytes):
+    """A response body with the error codes it carries, `error_counts` ({code: count}, Kafka's
+    AbstractResponse.errorCounts): the socket server counts them (ErrorsPerSec) without decoding the bytes again."""
+    error_counts: dict[int, int]
+
+
+def encode_response(api_key: int, version: int, body: dict) -> EncodedResponse:
     schema = response_schema(api_key, version)
+    entity = to_entity(schema, body)
     out = io.BytesIO()
-    _writer(schema)(out, to_entity(schema, body))
-    return out.getvalue()
+    _writer(schema)(out, entity)
+    encoded = EncodedResponse(out.getvalue())
+    encoded.error_counts = error_counts(schema, entity)
+    return encoded
+
+
+def with_error_counts(api_key: int, version: int, body) -> bytes:
+    """A response body received from another broker (a forwarded request's answer), as an EncodedResponse; as it
+    came when it does not decode."""
+    schema = response_schema(api_key, version)
+    data = bytes(body)
+    try:
+        if check_structure(schema, data, 0):     # first, as in decode_request: kio's reader trusts array lengths
+            data = strip_unknown_tags(schema, data, 0)
+        entity, _ = _reader(schema)(memoryview(data).toreadonly(), 0)
+    except Exception:
+        return bytes(body)
+    encoded = EncodedResponse(body)
+    encoded.error_counts = error_counts(schema, entity)
+    return encoded
+
+
+def error_counts(schema, entity, counts: dict[int, int] | None = None) -> dict[int, int]:
+    """Every error code in a response, NONE included: what Kafka's errorCounts() gives for the responses Strata
+    sends (top-level, per-topic, per-partition, per-group or per-member codes, whichever the version has)."""
+    counts = {} if counts is None else counts
+    plan = _error_plan(schema)
+    if plan is None or entity is None:
+        return counts
+    codes, nested = plan
+    for name in codes:
+        code = getattr(entity, name)
+        if code is not None:
+            code = int(code)
+            counts[code] = counts.get(code, 0) + 1
+    for name, sub, is_array in nested:
+        value = getattr(entity, name)
+        if value is None:
+            continue
+        for item in (value if is_array else (value,)):
+            error_counts(sub, item, counts)
+    return counts
+
+
+@functools.cache
+def _error_plan(schema):
+    """(error-code field names, (field, schema, is_array) of nested entities holding error codes), or None."""
+    codes, nested = [], []
+    for name, kind, sub, is_array, *_ in _field_plan(schema):
+        if kind == "error_code":
+            codes.append(name)
+        elif sub is not None and _error_plan(sub) is not None:
+            nested.append((name, sub, is_array))
+    return (tuple(codes), tuple(nested)) if codes or nested else None
 
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)

@@ -21,13 +21,23 @@ log = logging.getLogger("strata.partition")
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
+class AlterPartitionListener:
+    """Kafka's AlterPartitionListener, as plain counts the broker exports: ISR expansions and shrinks this broker's
+    leaders got committed (IsrExpandsPerSec, IsrShrinksPerSec) and AlterPartition attempts that failed
+    (FailedIsrUpdatesPerSec). Counted when the change is committed, as Kafka does, not when it is proposed."""
+    __slots__ = ("expands", "shrinks", "failed")
+
+    def __init__(self):
+        self.expands = self.shrinks = self.failed = 0
+
+
 class Partition:
     __slots__ = ("topic", "index", "log", "leader_epoch", "waiters", "remote", "local_broker_id", "isr",
                  "follower_end_offsets", "leader_id", "replicas", "partition_epoch", "topic_id", "last_caught_up",
-                 "pending_isr", "hw_waiters", "alter_isr", "_leo_at_last_fetch", "wal", "closed")
+                 "pending_isr", "hw_waiters", "alter_isr", "_leo_at_last_fetch", "wal", "closed", "isr_listener")
 
     def __init__(self, topic: str, index: int, plog: Log, *, leader_epoch: int = 0, local_broker_id: int = -1,
-                 remote=None, topic_id: str = "", alter_isr=None):
+                 remote=None, topic_id: str = "", alter_isr=None, isr_listener: AlterPartitionListener | None = None):
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
@@ -39,6 +49,7 @@ class Partition:
         self.partition_epoch = 0
         self.remote = remote                      # storage.tiered.remote_log_manager.RemoteLogManager or None
         self.alter_isr = alter_isr                # replication.isr.AlterPartitionManager.submit, or None (one broker)
+        self.isr_listener = isr_listener          # counts committed ISR changes (the ReplicaManager's)
         self.waiters: list[asyncio.Future] = []   # parked Fetches (long poll)
         self.hw_waiters: list[tuple[int, asyncio.Future]] = []   # acks=all produces: (offset the HW must pass, fut)
         self.isr: tuple[int, ...] = (local_broker_id,)
@@ -192,10 +203,16 @@ class Partition:
         """A leader's ISR or partition epoch changed in the image without a leader change (its own AlterPartition
         applied, or the controller fenced a follower)."""
         if state.partition_epoch >= self.partition_epoch:
+            before = self.isr
             self.isr, self.partition_epoch = tuple(state.isr), state.partition_epoch
             self.replicas = tuple(state.replicas)
             if self.pending_isr is not None and set(self.pending_isr) == set(self.isr):
-                self.pending_isr = None
+                self.pending_isr = None              # our change is committed (by the image or the response)
+                if self.isr_listener is not None:
+                    if len(self.isr) < len(before):
+                        self.isr_listener.shrinks += 1
+                    elif len(self.isr) > len(before):
+                        self.isr_listener.expands += 1
             self.maybe_increment_high_watermark()
 
     # ---- leader: followers' fetch state and the ISR --------------------------------------------------------------
@@ -240,10 +257,14 @@ class Partition:
     def alter_isr_done(self, error: int, state=None) -> None:
         """The controller's answer to our AlterPartition: take the committed state, or forget the attempt (the next
         fetch or check tries again; an epoch mismatch means the image will bring the new state)."""
-        self.pending_isr = None
         if error == 0 and state is not None and state.leader_epoch == self.leader_epoch:
-            self.update_isr_state(state)
-        elif error:
+            self.update_isr_state(state)         # counts the change unless the image committed it first
+            self.pending_isr = None
+            return
+        self.pending_isr = None
+        if self.isr_listener is not None:
+            self.isr_listener.failed += 1
+        if error:
             log.info("%s-%d: AlterPartition failed with error %d", self.topic, self.index, error)
 
     def wake_waiters(self) -> None:

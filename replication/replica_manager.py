@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from protocol.errors import ErrorCode
-from replication.partition import Partition
+from replication.partition import AlterPartitionListener, Partition
 from replication.remote_wal import PartitionWal
 from storage.cleaner.log_cleaner import LogCleaner
 from storage.log.files import deferred_fsyncs
@@ -45,6 +45,7 @@ class ReplicaManager:
         self.alter_partitions = None      # replication.alter_partition_manager.AlterPartitionManager
         self.remote_wal = None            # replication.remote_wal.RemoteWalManager when a fast store is set (KIP-1176)
         self.replica_lag_max = config.get_int("replica.lag.time.max.ms") / 1000
+        self.isr_changes = AlterPartitionListener()   # ISR expands/shrinks/failed updates of leaders here (metrics)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -95,7 +96,7 @@ class ReplicaManager:
                    remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg))
         alter = self.alter_partitions.submit if self.alter_partitions is not None else None
         part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm, topic_id=t.topic_id,
-                         alter_isr=alter)
+                         alter_isr=alter, isr_listener=self.isr_changes)
         if self.remote_wal is not None:
             part.wal = PartitionWal(self.remote_wal, plog.dir)
         self.partitions[(t.name, p)] = part

@@ -8,6 +8,7 @@ $0.0006/GB, storage $0.11/GB-month (0.000151/GB-hour)."""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily
 
 GB = 1e9
 
@@ -21,17 +22,23 @@ PRICE_DEFAULTS: dict[str, str] = {
 }
 
 
+class TopicTraffic:
+    """One topic's BrokerTopicMetrics (BytesInPerSec, MessagesInPerSec, BytesOutPerSec with topic=...): plain ints the
+    request path adds to (a labelled prometheus_client child takes a lock per inc), read when Prometheus scrapes."""
+    __slots__ = ("bytes_in", "messages_in", "bytes_out")
+
+    def __init__(self):
+        self.bytes_in = self.messages_in = self.bytes_out = 0
+
+
 class TrafficMetrics:
     def __init__(self, registry: CollectorRegistry | None, prices: dict[str, float] | None = None):
         reg = registry if registry is not None else CollectorRegistry()
         p = {k: float(v) for k, v in PRICE_DEFAULTS.items()}
         p.update(prices or {})
         self.prices = p
-        self.bytes_in = Counter("kafka_server_brokertopicmetrics_bytes_in", "BytesInPerSec: record bytes appended "
-                                "from producers (all topics)", registry=reg)
-        self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytes_out", "BytesOutPerSec: record bytes sent "
-                                 "to consumers (all topics; followers are counted in strata_replication_bytes_out)",
-                                 registry=reg)
+        self.topics: dict[str, TopicTraffic] = {}
+        reg.register(self)                   # collect() below: the per-topic counters
         self.replication_bytes_in = Counter("strata_replication_bytes_in", "record bytes this broker received "
                                             "from leaders as a follower (Kafka's ReplicationBytesInPerSec)",
                                             registry=reg)
@@ -55,6 +62,30 @@ class TrafficMetrics:
                           "healthy), 0 when they get records (fallback to classic replication)", registry=reg)
         self.cost = Counter("strata_cost_dollars", "estimated spend caused by this broker, by item", ["item"],
                             registry=reg)
+
+    def topic(self, name: str) -> TopicTraffic:
+        t = self.topics.get(name)
+        if t is None:
+            t = self.topics[name] = TopicTraffic()
+        return t
+
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic's series go, as Kafka removes its BrokerTopicMetrics."""
+        self.topics.pop(name, None)
+
+    def collect(self):
+        b_in = CounterMetricFamily("kafka_server_brokertopicmetrics_bytes_in", "BytesInPerSec: record bytes appended "
+                                   "from producers, by topic", labels=["topic"])
+        m_in = CounterMetricFamily("kafka_server_brokertopicmetrics_messages_in", "MessagesInPerSec: records "
+                                   "appended from producers, by topic", labels=["topic"])
+        b_out = CounterMetricFamily("kafka_server_brokertopicmetrics_bytes_out", "BytesOutPerSec: record bytes sent "
+                                    "to consumers, by topic (followers: strata_replication_bytes_out)",
+                                    labels=["topic"])
+        for name, t in list(self.topics.items()):
+            b_in.add_metric([name], t.bytes_in)
+            m_in.add_metric([name], t.messages_in)
+            b_out.add_metric([name], t.bytes_out)
+        return [b_in, m_in, b_out]
 
     def sent_to_follower(self, nbytes: int, cross_zone: bool) -> None:
         self.replication_bytes_out.labels("cross" if cross_zone else "same").inc(nbytes)

@@ -56,6 +56,7 @@ def handle(broker, req):
     if epoch > 0:
         session, err = sessions.lookup(session_id, epoch)
         if session is None:
+            broker.request_errors.add(API_KEY, 0, {err: 1})
             return _encode(version, err, 0, [])
         incremental = True
         session.epoch = epoch + 1 if epoch < 2**31 - 1 else 1
@@ -248,14 +249,16 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: flo
 
 
 def _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, consumer: bool = True):
-    if consumer:
-        sent = sum(size for _, size in results)
-        if sent:
-            broker.traffic.bytes_out.inc(sent)
+    """Encode the response; count bytes out per topic (consumers only) and the error codes it carries, as Kafka's
+    FetchResponse.errorCounts does: the top-level one and one per partition in the response, NONE included."""
     topics: list[tuple[object, list]] = []
     index: dict = {}
+    none, errors = 1, None
+    traffic = broker.traffic if consumer else None
     for w, (views, size) in zip(wanted, results):
         part = w.part
+        if size and traffic is not None and part is not None:
+            traffic.topic(part.topic).bytes_out += size
         if w.error == UNKNOWN_SERVER_ERROR:
             part = None        # as Kafka's createLogReadResult(exception): unknown offsets with the error
         hw = part.high_watermark if part is not None else -1
@@ -268,6 +271,12 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
                 continue
         if w.sp is not None:
             w.sp.last_hw, w.sp.last_lso, w.sp.last_log_start = hw, lso, log_start
+        if w.error:
+            if errors is None:
+                errors = {}
+            errors[w.error] = errors.get(w.error, 0) + 1
+        else:
+            none += 1
         tkey = w.key[0]
         if tkey not in index:
             index[tkey] = len(topics)
@@ -276,6 +285,7 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
                                        encode_wal_pointers(part.wal.store_name, w.pointers) if w.pointers else None))
     leaders = current_leaders(broker.topics.image, ((w.key[0], w.index, w.error) for w in wanted)) \
         if version >= 12 and any(w.error for w in wanted) else None
+    broker.request_errors.add(API_KEY, none, errors)
     return _encode(version, 0, sid, topics, read_committed, by_id, leaders)
 
 

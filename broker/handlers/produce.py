@@ -58,10 +58,10 @@ def handle(broker, req):
     replicas = broker.replicas
     out_topics = []
     delayed = []                 # acks=all appends whose last offset the high watermark has not passed yet
-    appended = 0
     for name, parts in topics:
         topic = broker.topics.get(name) if name is not None else None
         out_parts = []
+        appended = messages = 0
         for index, records in parts:
             msg, record_errors = None, ()
             base_offset, append_time, log_start = -1, -1, -1
@@ -88,6 +88,8 @@ def handle(broker, req):
                     err, msg = result.error_code, result.error_message
                     if err == ErrorCode.none:
                         appended += len(records)
+                        if not result.duplicate:
+                            messages += result.last_offset - result.base_offset + 1
                         base_offset, append_time = result.base_offset, result.log_append_time
                         if acks == -1:
                             fut = part.wait_for_high_watermark(result.last_offset + 1)
@@ -103,13 +105,32 @@ def handle(broker, req):
                     err, msg = ErrorCode.kafka_storage_error, str(e)
             out_parts.append((index, err, base_offset, append_time, log_start, msg, record_errors))
         out_topics.append((name, out_parts))
-    if appended:
-        broker.traffic.bytes_in.inc(appended)
+        if appended:
+            traffic = broker.traffic.topic(name)
+            traffic.bytes_in += appended
+            traffic.messages_in += messages
     if acks == 0:
+        _count_errors(broker, out_topics, acks_zero=True)
         return None
     if delayed:
         return _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms)
+    _count_errors(broker, out_topics)
     return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics))
+
+
+def _count_errors(broker, out_topics, acks_zero: bool = False) -> None:
+    """ErrorsPerSec as Kafka counts ProduceResponse.errorCounts: one per partition, NONE included; acks=0 gets no
+    response, and Kafka counts its errors only (when it closes the connection over them)."""
+    n = 0
+    errors = None
+    for _, parts in out_topics:
+        n += len(parts)
+        for p in parts:
+            if p[1]:
+                if errors is None:
+                    errors = {}
+                errors[p[1]] = errors.get(p[1], 0) + 1
+    broker.request_errors.add(API_KEY, 0 if acks_zero else n - (sum(errors.values()) if errors else 0), errors)
 
 
 async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms: int):
@@ -128,6 +149,7 @@ async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeo
         if err:
             index, _, base_offset, append_time, log_start, _, record_errors = out_topics[ti][1][pi]
             out_topics[ti][1][pi] = (index, err, base_offset, append_time, log_start, None, record_errors)
+    _count_errors(broker, out_topics)
     return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics))
 
 

@@ -10,7 +10,7 @@ from metadata.image import PartitionImage
 from protocol.errors import ApiError, ErrorCode
 from protocol.record_batch import build_batch, split_and_validate
 from protocol.records import iter_all_records
-from replication.partition import Partition
+from replication.partition import AlterPartitionListener, Partition
 from replication.replica_fetcher import truncation_offset
 from storage.log.log import Log, UnexpectedAppendOffsetError
 from storage.log.log_config import LogConfig
@@ -155,11 +155,11 @@ def test_delete_records_rules(tmp_path):
 # ---- maybeShrinkIsr / makeFollower) ---------------------------------------------------------------------------
 
 def _replicated(tmp_path, replicas=(1, 2, 3), isr=(1, 2, 3), *, leader_epoch=1, partition_epoch=1, now=0.0,
-                name="r-0", **cfg):
+                name="r-0", listener=None, **cfg):
     """Broker 1 leading `replicas` with `isr`; the AlterPartition proposals it makes are recorded in `calls`."""
     calls: list[tuple[int, ...]] = []
     p = Partition("t", 0, Log(tmp_path / name, LogConfig(**cfg)), local_broker_id=1,
-                  alter_isr=lambda part, new_isr: calls.append(tuple(new_isr)))
+                  alter_isr=lambda part, new_isr: calls.append(tuple(new_isr)), isr_listener=listener)
     p.make_leader(PartitionImage(tuple(replicas), tuple(isr), 1, leader_epoch, partition_epoch), now)
     return p, calls
 
@@ -257,6 +257,28 @@ def test_shrink_drops_a_follower_that_did_not_catch_up_within_the_lag(tmp_path):
     p.alter_isr_done(0, PartitionImage((1, 2, 3), (1, 2), 1, 1, 2))
     assert (p.isr, p.pending_isr) == ((1, 2), None)
     assert p.high_watermark == 3                                              # the committed ISR is 1, 2
+
+
+def test_committed_isr_changes_are_counted_once_whichever_news_comes_first(tmp_path):
+    """Kafka's IsrShrinksPerSec/IsrExpandsPerSec count a change when the controller commits it; the image and the
+    AlterPartition response both bring it, in either order. A refused change counts as FailedIsrUpdatesPerSec."""
+    counts = AlterPartitionListener()
+    p, calls = _replicated(tmp_path, now=100.0, listener=counts)
+    p.maybe_shrink_isr(111.0, 10.0)                                           # 2 and 3 never fetched
+    assert calls == [(1,)] and (counts.shrinks, counts.expands) == (0, 0)     # proposed, not committed
+    p.update_isr_state(PartitionImage((1, 2, 3), (1,), 1, 1, 2))              # the image first ...
+    p.alter_isr_done(0, PartitionImage((1, 2, 3), (1,), 1, 1, 2))             # ... then the response
+    assert (counts.shrinks, counts.expands, counts.failed) == (1, 0, 0)
+    _append(p, 1)
+    p.update_follower_fetch_state(2, 1, 112.0)
+    assert calls[-1] == (1, 2)
+    p.alter_isr_done(0, PartitionImage((1, 2, 3), (1, 2), 1, 1, 3))           # the response first ...
+    p.update_isr_state(PartitionImage((1, 2, 3), (1, 2), 1, 1, 3))            # ... then the image
+    assert (counts.shrinks, counts.expands, counts.failed) == (1, 1, 0)
+    p.update_follower_fetch_state(3, 1, 113.0)
+    p.alter_isr_done(ErrorCode.invalid_update_version)
+    assert (counts.shrinks, counts.expands, counts.failed) == (1, 1, 1)
+    assert p.isr == (1, 2) and p.pending_isr is None
 
 
 def test_slow_follower_is_caught_up_as_of_its_previous_fetch(tmp_path):

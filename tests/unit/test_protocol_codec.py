@@ -48,6 +48,28 @@ def test_to_entity_fits_one_dict_to_every_version():
         assert decoded.brokers[0].host == "h"
 
 
+def test_responses_carry_their_error_codes_as_kafka_counts_them():
+    """Kafka's errorCounts(): Metadata counts each topic's and each partition's code, OffsetFetch v8 each group's
+    and each partition's, NONE included; a body received from another broker gets the same counts."""
+    part = {"partition_index": 0, "leader_id": 1, "leader_epoch": 0, "replica_nodes": [], "isr_nodes": [],
+            "offline_replicas": []}
+    body = {"throttle_time": 0, "brokers": [], "cluster_id": "c", "controller_id": 1, "topics": [
+        {"name": "a", "error_code": ErrorCode.unknown_topic_or_partition, "partitions": []},
+        {"name": "b", "error_code": 0, "partitions": [dict(part, error_code=0),
+                                                      dict(part, partition_index=1, error_code=9)]}]}
+    for v in (1, 12):
+        raw = kio_codec.encode_response(3, v, body)
+        assert raw.error_counts == {3: 1, 0: 2, 9: 1}
+        assert kio_codec.with_error_counts(3, v, bytes(raw)).error_counts == {3: 1, 0: 2, 9: 1}
+    groups = {"throttle_time": 0, "groups": [
+        {"group_id": "g", "error_code": 0, "topics": [{"name": "t", "partitions": [
+            {"partition_index": 0, "committed_offset": 5, "metadata": "", "error_code": 0},
+            {"partition_index": 1, "committed_offset": -1, "metadata": "", "error_code": 3}]}]},
+        {"group_id": "h", "error_code": ErrorCode.coordinator_load_in_progress, "topics": []}]}
+    assert kio_codec.encode_response(9, 8, groups).error_counts == {0: 2, 3: 1, 14: 1}
+    assert kio_codec.with_error_counts(3, 12, b"\x00garbage") == b"\x00garbage"     # as it came: not counted
+
+
 def test_uvarint_round_trip_and_errors():
     for v in (0, 1, 127, 128, 300, 2**31 - 1):
         enc = uvarint(v)
