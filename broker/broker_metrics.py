@@ -103,3 +103,7 @@ class BrokerStateCollector:
         yield GaugeMetricFamily(kc + "active_broker_count", "ActiveBrokerCount: registered, unfenced brokers "
                                 "(reported by the active controller)",
                                 len(image.brokers) - fenced if active else 0)
+        yield GaugeMetricFamily("kafka_server_broker_metadata_metrics_last_applied_record_offset",
+                                "last-applied-record-offset: the last metadata log record this broker applied "
+                                "(every broker; a broker far below the others is not following the log)",
+                                image.offset)
