@@ -89,6 +89,7 @@ class ReadOptions:
     poll_timeout_ms: int = 120_000
     direct_read: bool = True
     chunk_bytes: int = 8 << 20
+    filter_pushdown: bool = False    # strata.filterPushdown: narrow the planned ranges by offset/partition/timestamp
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,8 @@ def parse_read_options(opts: Mapping[str, str], *, streaming: bool | None) -> Re
         include_headers=_bool(opts, "includeHeaders", False),
         poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs", 120_000),
         direct_read=_bool(opts, "strata.directRead", True),
-        chunk_bytes=chunk)
+        chunk_bytes=chunk,
+        filter_pushdown=_bool(opts, "strata.filterPushdown", False))
 
 
 def parse_write_options(opts: Mapping[str, str]) -> WriteOptions:

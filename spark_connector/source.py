@@ -55,13 +55,12 @@ def check_schema(schema, include_headers: bool) -> None:
 
 
 class StrataBatchReader(DataSourceReader):
+    """A batch read of the whole requested ranges; Spark applies every filter itself (DataSourceReader's own
+    pushFilters pushes none), as Spark's Kafka source does."""
+
     def __init__(self, opts: ReadOptions):
         self.opts = opts
         self.bounds = Bounds()
-
-    def pushFilters(self, filters):
-        self.bounds, rest = push_filters(filters, self.bounds)
-        return rest
 
     def partitions(self):
         from spark_connector.planning import plan_batch
@@ -69,6 +68,20 @@ class StrataBatchReader(DataSourceReader):
 
     def read(self, partition):
         return read_range(self.opts, partition)
+
+
+class StrataPushdownReader(StrataBatchReader):
+    """With `strata.filterPushdown=true`: filters on offset, partition and timestamp narrow the planned ranges.
+
+    Opt-in because Spark 4.3.0 keeps the plan a pushdown produced on the DataFrame's relation (PythonDataSourceV2's
+    readInfo) and reuses it for any later query on that DataFrame that pushes no filter, so `df.where("offset < 5")`
+    followed by `df.count()` would count only the narrowed ranges. Nothing the connector sees tells the two queries
+    apart (the second one runs no Python code at planning), so only a plan that does not depend on the filters is
+    right for both; with this option, use a fresh load() for each filtered query."""
+
+    def pushFilters(self, filters):
+        self.bounds, rest = push_filters(filters, self.bounds)
+        return rest
 
 
 class StrataDataSource(DataSource):
@@ -86,7 +99,7 @@ class StrataDataSource(DataSource):
     def reader(self, schema):
         opts = parse_read_options(self.options, streaming=False)
         check_schema(schema, opts.include_headers)
-        return StrataBatchReader(opts)
+        return StrataPushdownReader(opts) if opts.filter_pushdown else StrataBatchReader(opts)
 
     def streamReader(self, schema):
         from spark_connector.stream import StrataStreamReader
