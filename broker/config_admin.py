@@ -108,6 +108,21 @@ async def alter(broker, rtype: int, name: str, new: dict[str, str | None], valid
         await submit(broker, changes)          # the metadata publisher applies them on every broker
 
 
+async def alter_all(broker, resources, new_configs, validate_only: bool) -> list[dict]:
+    """The per-resource results of an (Incremental)AlterConfigs request: `new_configs(resource)` gives the resource's
+    dynamic configs after the request, from the ops or the full set the API carries."""
+    out = []
+    for r in resources:
+        res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
+               "resource_name": r.resource_name}
+        try:
+            await alter(broker, r.resource_type, r.resource_name, new_configs(r), validate_only)
+        except AdminError as e:
+            res.update(error_code=e.code, error_message=str(e))
+        out.append(res)
+    return out
+
+
 def _validate_broker(broker, name: str, new: dict[str, str | None]) -> dict[str, str]:
     """Kafka's DynamicBrokerConfig.validate: read-only and unknown names and bad values are INVALID_REQUEST with
     the resource and the keys named. (Kafka stores unknown names for plugins; Strata has none, so a typo fails.)"""

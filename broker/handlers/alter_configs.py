@@ -2,7 +2,7 @@
 of dynamic configs (names left out are removed), through the same path as IncrementalAlterConfigs."""
 from __future__ import annotations
 
-from broker.config_admin import alter
+from broker.config_admin import alter_all
 from broker.topic_admin import AdminError
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -13,21 +13,16 @@ DECODABLE = (0, 2)
 FORWARDED_TO_CONTROLLER = True
 
 
+def _full_set(r) -> dict:
+    names = [c.name for c in r.configs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise AdminError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {dup}")
+    return {c.name: c.value for c in r.configs}
+
+
 async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
-    out = []
-    for r in body.resources:
-        res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
-               "resource_name": r.resource_name}
-        try:
-            names = [c.name for c in r.configs]
-            dup = sorted({n for n in names if names.count(n) > 1})
-            if dup:
-                raise AdminError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {dup}")
-            await alter(broker, r.resource_type, r.resource_name, {c.name: c.value for c in r.configs},
-                        body.validate_only)
-        except AdminError as e:
-            res.update(error_code=e.code, error_message=str(e))
-        out.append(res)
+    out = await alter_all(broker, body.resources, _full_set, body.validate_only)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "responses": out})
