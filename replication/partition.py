@@ -336,6 +336,16 @@ class Partition:
                              local_only=True)
         return views, ()
 
+    def committed_wal_pointers(self, offset: int, max_bytes: int) -> tuple[str, list]:
+        """A reader's way to the fast store (issue 15): (store name, pointers) to the uploaded chunks from `offset`
+        on, below the high watermark, while this broker leads the partition with WAL on. The chunks hold the batches
+        exactly as in the log, so a reader decoding them sees what Fetch would return."""
+        wal = self.wal
+        if wal is None or not self.log.config.remote_wal_enable or not self.is_leader or \
+                offset < self.log.local_log_start_offset:
+            return "", []
+        return wal.store_name, wal.committed_pointers(offset, self.high_watermark, max(max_bytes, 1))
+
     @property
     def remote_fetch_max_wait(self) -> float:
         return self.remote.fetch_max_wait

@@ -121,6 +121,21 @@ class PartitionWal:
             return RECORDS, []                   # a failed upload's range, or pointers already collected
         return WAIT, []
 
+    def committed_pointers(self, offset: int, end: int, max_bytes: int) -> list:
+        """Pointers from the one holding `offset` on, in offset order and without a gap, up to the chunk holding
+        `end - 1` (a reader's share of the log below the high watermark `end`), about `max_bytes` of them. Empty
+        when the pointer file does not hold `offset` (data from before this leadership, a failed upload's range,
+        collected objects): the reader reads that part some other way."""
+        m = self.manager
+        if self._pointers is None or not len(self._pointers) or offset >= end or not m.healthy:
+            return []
+        if self._pointers.first().upload_id < m.oldest_live_upload:
+            self._pointers.drop_below_upload(m.oldest_live_upload)
+        node = m.node_id
+        return [RemotePointer(object_key(node, p.upload_id), p.position, p.size, p.crc, p.base_offset,
+                              p.last_offset, p.leader_epoch)
+                for p in self._pointers.from_offset(offset, max_bytes) if p.base_offset < end]
+
     def published(self, p: WalPointer) -> None:
         self.pointers.append(p)
         self.resolved_end = max(self.resolved_end, p.last_offset + 1)

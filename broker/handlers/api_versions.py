@@ -1,6 +1,7 @@
 """ApiVersions (key 18): the supported ranges, derived from every handler module's VERSIONS declaration. The
 controller's APIs (CONTROLLER_ONLY: registration, heartbeats, AlterPartition) are served but not advertised to
-clients, as Kafka's broker listener does not list them."""
+clients, as Kafka's broker listener does not list them; nor are Strata's own APIs (ADVERTISED = False), which only
+Strata's tools call."""
 from __future__ import annotations
 
 from protocol import kio_codec
@@ -14,7 +15,8 @@ DECODABLE = (0, 4)
 
 def handle(broker, req):
     keys = [{"api_key": k, "min_version": m.VERSIONS[0], "max_version": m.VERSIONS[1]}
-            for k, m in sorted(broker.handlers.items()) if not getattr(m, "CONTROLLER_ONLY", False)]
+            for k, m in sorted(broker.handlers.items())
+            if not getattr(m, "CONTROLLER_ONLY", False) and getattr(m, "ADVERTISED", True)]
     return kio_codec.encode_response(API_KEY, req.api_version, {
         "error_code": 0, "api_keys": keys, "throttle_time": 0,
         "finalized_features_epoch": -1,
