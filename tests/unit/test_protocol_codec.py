@@ -203,7 +203,7 @@ def test_mutated_requests_decode_well_formed_or_raise_malformed():
     decoded = refused = 0
     causes = set()
     for api_key, mod in sorted(load_handlers().items()):
-        if api_key == 0:                                   # Produce is parsed by hand (test below)
+        if api_key in (0, 21332):     # Produce and DescribeWalPointers are parsed by hand (tests below)
             continue
         for version in range(mod.DECODABLE[0], mod.DECODABLE[1] + 1):
             schema = kio_codec.request_schema(api_key, version)
@@ -267,3 +267,24 @@ def test_a_null_in_a_known_tagged_field_is_refused():
                          "000000000000000000000005")
     with pytest.raises(MalformedRequest):
         kio_codec.decode_request(63, 1, memoryview(data).toreadonly(), 0)
+
+
+def test_mutated_describe_wal_pointers_requests_decode_or_raise_malformed():
+    """Strata's own DescribeWalPointers is parsed by hand: mutations decode or raise MalformedRequest, nothing else."""
+    import random
+    import struct
+
+    from broker.handlers.describe_wal_pointers import decode
+    raw = struct.pack(">ii", 1 << 20, 2) + struct.pack(">h", 3) + b"abc" + struct.pack(">iiq", 1, 0, 7) + \
+        struct.pack(">h", 1) + b"x" + struct.pack(">iiqiq", 2, 1, 5, 2, 0)
+    assert decode(raw, 0) == (1 << 20, [("abc", [(0, 7)]), ("x", [(1, 5), (2, 0)])])
+    rng = random.Random(21332)
+    decoded = refused = 0
+    for _ in range(2000):
+        data = _mutate(rng, raw)
+        try:
+            decode(data, 0)
+            decoded += 1
+        except MalformedRequest:
+            refused += 1
+    assert decoded and refused
