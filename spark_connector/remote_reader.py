@@ -32,6 +32,37 @@ def index_position(index: bytes, base_offset: int, target: int) -> int:
     return int(pos[i]) if i >= 0 else 0
 
 
+def walk_batches(buf: bytes, start: int, end: int, ts_lo: int | None, builder, key: str, next_offset: int):
+    """Decode the complete v2 batches at the head of `buf` whose records fall in [start, end) into `builder`,
+    yielding a RecordBatch whenever it fills. Returns (bytes consumed, the offset after the last batch seen,
+    whether a batch at or past `end` was reached). Control batches and batches wholly older than `ts_lo` are
+    skipped without decompressing. Shared by segment reads (this module) and WAL chunk reads (wal_reader.py)."""
+    from protocol.records import records_section
+    from spark_connector.decode import decode_into
+    mv = memoryview(buf)
+    p, n = 0, len(buf)
+    while n - p >= HEADER_SIZE:
+        (base, length, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, _pid, _pe, _seq,
+         count) = HEADER.unpack_from(buf, p)
+        total = 12 + length
+        if n - p < total:
+            break
+        if base >= end:
+            return p, next_offset, True
+        last = base + last_delta
+        if last >= start and not attrs & CONTROL_BIT and (ts_lo is None or max_ts >= ts_lo):
+            if magic != 2:
+                raise ValueError(f"{key}: batch at offset {base} has magic {magic}, only v2 is supported")
+            lat = attrs & TIMESTAMP_TYPE_BIT
+            decode_into(records_section(mv[p:p + total]), count, base, base_ts, max_ts if lat else None,
+                        start, end, builder, 1 if lat else 0)
+        next_offset = max(next_offset, last + 1)
+        p += total
+        if builder.full():
+            yield builder.take()
+    return p, next_offset, False
+
+
 class RemoteReader:
     """Reads pieces of one input partition; owns a StoreClient (an event loop thread) until close()."""
 
@@ -54,8 +85,6 @@ class RemoteReader:
 
     def read(self, piece: Piece, builder, ts_lo: int | None = None) -> Iterator:
         """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full."""
-        from protocol.records import records_section
-        from spark_connector.decode import decode_into
         from storage.objectstore.object_store import ObjectNotFound
         key = piece.key_prefix + ".log"
         position = 0
@@ -87,28 +116,7 @@ class RemoteReader:
             eof = len(data) < wanted or (size is not None and fetch_at >= size)
             pending = None if eof else self.client.get(key, fetch_at, fetch_at + self.chunk)
             buf = buf + data if buf else data
-            mv = memoryview(buf)
-            p, n = 0, len(buf)
-            while n - p >= HEADER_SIZE:
-                (base, length, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, _pid, _pe, _seq,
-                 count) = HEADER.unpack_from(buf, p)
-                total = 12 + length
-                if n - p < total:
-                    break
-                if base >= end:
-                    done = True
-                    break
-                last = base + last_delta
-                if last >= start and not attrs & CONTROL_BIT and (ts_lo is None or max_ts >= ts_lo):
-                    if magic != 2:
-                        raise ValueError(f"{key}: batch at offset {base} has magic {magic}, only v2 is supported")
-                    lat = attrs & TIMESTAMP_TYPE_BIT
-                    decode_into(records_section(mv[p:p + total]), count, base, base_ts, max_ts if lat else None,
-                                start, end, builder, 1 if lat else 0)
-                next_offset = max(next_offset, last + 1)
-                p += total
-                if builder.full():
-                    yield builder.take()
+            p, next_offset, done = yield from walk_batches(buf, start, end, ts_lo, builder, key, next_offset)
             buf = buf[p:]
             if eof and not done:
                 if buf:

@@ -1,0 +1,85 @@
+"""Executor side: read the recent, not yet tiered part of an offset range from the fast store's WAL objects
+(KIP-1176), with the pointers the planner got from the partition's leader (DescribeWalPointers,
+docs/wal.md#readers-of-the-fast-store).
+
+A pointer names a chunk: a byte range of one object holding one partition's batches exactly as in the leader's log,
+with its CRC32C. Chunks of one object that lie side by side are read with one ranged GET; every chunk's CRC is
+checked before its batches are decoded (remote_reader.walk_batches, the segment path's decoder). An object that is
+gone (collected after `remote.wal.retention.ms`) or a chunk that fails its CRC ends the WAL read at the first offset
+not yet read: the caller reads the rest of the piece by Fetch, so a late task still returns every record.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from spark_connector.remote_reader import walk_batches
+
+MAX_GET_BYTES = 16 << 20
+
+
+def group_gets(pointers) -> list[tuple[str, int, int, list]]:
+    """(key, start, end, pointers) per ranged GET: consecutive pointers into one object whose bytes touch, up to
+    MAX_GET_BYTES a GET. Pointers are (key, position, size, crc, base offset, last offset)."""
+    gets: list = []
+    for ptr in pointers:
+        key, pos, size = ptr[0], ptr[1], ptr[2]
+        if gets and gets[-1][0] == key and gets[-1][2] == pos and gets[-1][2] - gets[-1][1] + size <= MAX_GET_BYTES:
+            gets[-1][2] = pos + size
+            gets[-1][3].append(ptr)
+        else:
+            gets.append([key, pos, pos + size, [ptr]])
+    return [tuple(g) for g in gets]
+
+
+class WalReader:
+    """Reads the WAL pieces of one input partition; owns a StoreClient for the fast store until close()."""
+
+    def __init__(self, store: tuple):
+        from spark_connector.storeio import StoreClient
+        url, options = store
+        self.client = StoreClient(url, dict(options))
+        self.gets = 0
+        self.bytes = 0
+        self.stopped_at: int | None = None      # set when the store could not serve the whole piece
+
+    def close(self) -> None:
+        self.client.close()
+
+    def read(self, piece, builder, ts_lo: int | None = None) -> Iterator:
+        """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full.
+        If an object is gone or a chunk is damaged, stop; `stopped_at` is then the first offset not read."""
+        import crc32c
+
+        from storage.objectstore.object_store import ObjectNotFound
+        self.stopped_at = None
+        start, end = piece.start, piece.end
+        gets = group_gets(piece.wal)
+        pending = self.client.get(gets[0][0], gets[0][1], gets[0][2]) if gets else None
+        next_offset = start
+        for i, (key, lo, _hi, ptrs) in enumerate(gets):
+            try:
+                data = pending.result()
+            except ObjectNotFound:
+                self.stopped_at = next_offset
+                return
+            pending = self.client.get(*gets[i + 1][:3]) if i + 1 < len(gets) else None
+            self.gets += 1
+            self.bytes += len(data)
+            for ptr in ptrs:
+                chunk = data[ptr[1] - lo:ptr[1] - lo + ptr[2]]
+                if len(chunk) != ptr[2] or crc32c.crc32c(chunk) != ptr[3]:
+                    self.stopped_at = next_offset
+                    if pending is not None:
+                        pending.cancel()
+                    return
+                used, next_offset, done = yield from walk_batches(chunk, start, end, ts_lo, builder, key,
+                                                                  next_offset)
+                if used != len(chunk) and not done:
+                    raise ValueError(f"WAL chunk {key}@{ptr[1]} of {builder.topic}-{builder.partition} does not "
+                                     f"end on a batch boundary although its CRC matches")
+                if done or next_offset >= end:
+                    if pending is not None:
+                        pending.cancel()
+                    return
+        if next_offset < end:
+            self.stopped_at = next_offset
