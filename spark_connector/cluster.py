@@ -164,6 +164,54 @@ class Cluster:
                 options[short.replace(".", "_")] = entry.value
         return url, options
 
+    def wal_store_locations(self) -> dict[str, tuple]:
+        """The fast stores (KIP-1176) the brokers upload to, by the name pointers carry ("" the default, else a
+        rack's): (url, non-secret options) from DescribeConfigs; credentials come from the environment."""
+        from confluent_kafka.admin import ConfigResource, ResourceType
+        md = self.metadata()
+        broker_id = md.controller_id if md.controller_id in md.brokers else next(iter(md.brokers))
+        res = ConfigResource(ResourceType.BROKER, str(broker_id))
+        configs = self.admin.describe_configs([res], request_timeout=self.timeout)[res].result(timeout=self.timeout)
+        pre = "remote.wal.storage."
+        urls, options = {}, {}
+        for name, entry in configs.items():
+            if not name.startswith(pre) or entry.value is None or entry.is_sensitive or not entry.value.strip():
+                continue
+            short = name[len(pre):]
+            if short == "url":
+                urls[""] = entry.value.strip()
+            elif short.startswith("rack.") and short.endswith(".url"):
+                urls[short[5:-4]] = entry.value.strip()
+            elif not short.startswith("rack.") and short not in _CREDENTIALS:
+                options[short.replace(".", "_")] = entry.value
+        return {n: (u, tuple(sorted(options.items()))) for n, u in urls.items()}
+
+    def wal_pointers(self, starts: dict[tuple[str, int], int]) -> dict[tuple[str, int], tuple]:
+        """{(topic, partition): (store name, pointers)} from each partition's leader (DescribeWalPointers) for the
+        committed chunks from `starts[tp]` on; partitions whose leader has none are left out. Pointers are tuples
+        (key, position, size, crc, base, last)."""
+        from protocol.wal_pointers_client import describe_wal_pointers
+        md = self.metadata(refresh=True)
+        by_leader: dict[tuple[int, str], dict[int, int]] = {}
+        for (t, p), o in starts.items():
+            meta = md.topics.get(t)
+            leader = meta.partitions[p].leader if meta is not None and p in meta.partitions else -1
+            if leader in md.brokers:
+                by_leader.setdefault((leader, t), {})[p] = o
+        out = {}
+        for (leader, t), offsets in by_leader.items():
+            b = md.brokers[leader]
+            try:
+                answer = describe_wal_pointers(b.host, b.port, t, offsets, timeout=self.timeout)
+            except (OSError, ValueError) as e:
+                log.warning("no fast-store pointers from broker %d for %s: %s; those offsets are fetched", leader, t, e)
+                continue
+            for p, w in answer.items():
+                if w.error_code == 0 and w.pointers:
+                    out[(t, p)] = (w.store, tuple((x.key, x.position, x.size, x.crc, x.base_offset, x.last_offset)
+                                                  for x in w.pointers))
+        return out
+
     # ---- remote segments ----
     def remote_segments(self, tips) -> dict[tuple[str, int], list[SegmentInfo]]:
         """Finished remote segments (COPY_SEGMENT_FINISHED, not being deleted) of each TopicIdPartition, by start

@@ -47,22 +47,31 @@ class Piece:
     segment_start: int = 0
     size: int = -1                 # bytes of the .log; -1 = unknown (read to the object's end)
     open_end: bool = False         # store-only planning: the segment's last offset is not known
+    wal: tuple = ()                # fast-store chunks (key, position, size, crc, base, last) holding [start, end)
 
 
 class OffsetRange(InputPartition):
     """One Spark task: offsets [start, end) of one topic-partition, with the pieces that make it up."""
 
     def __init__(self, topic: str, partition: int, start: int, end: int, pieces: tuple = (),
-                 store: tuple | None = None, ts_lo: int | None = None):
+                 store: tuple | None = None, ts_lo: int | None = None, wal_store: tuple | None = None):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
         self.pieces = pieces
         self.store = store                # (url, ((name, value), ...)) when a piece is remote
         self.ts_lo = ts_lo                # batches whose maxTimestamp is below are skipped (Spark re-filters)
+        self.wal_store = wal_store        # the fast store, (url, options), when a piece has WAL chunks
+
+    def sources(self) -> dict[str, int]:
+        """Offsets this task reads from each source: the slow store, the fast store, Fetch."""
+        out = {"remote": 0, "wal": 0, "fetch": 0}
+        for p in self.pieces:
+            out["remote" if p.key_prefix else "wal" if p.wal else "fetch"] += p.end - p.start
+        return out
 
     def __repr__(self) -> str:
-        remote = sum(p.end - p.start for p in self.pieces if p.key_prefix)
+        s = self.sources()
         return (f"OffsetRange({self.topic}-{self.partition} [{self.start}, {self.end}), "
-                f"{remote} remote / {self.end - self.start - remote} fetched)")
+                f"{s['remote']} remote / {s['wal']} fast store / {s['fetch']} fetched)")
 
 
 # ---- pure helpers (unit-testable) --------------------------------------------------------------------------------
@@ -112,6 +121,31 @@ def remote_pieces(start: int, end: int, segments) -> tuple[Piece, ...]:
             pieces.append(Piece(cur, stop))
         cur = stop
     return tuple(pieces)
+
+
+def wal_pieces(pieces: tuple, pointers) -> tuple[Piece, ...]:
+    """The Fetch pieces of `pieces` cut where the fast store holds their offsets: `pointers` (key, position, size,
+    crc, base, last), in offset order without a gap, as DescribeWalPointers gives them. Offsets no chunk holds stay
+    with Fetch."""
+    if not pointers:
+        return pieces
+    out: list[Piece] = []
+    for piece in pieces:
+        if piece.key_prefix is not None:
+            out.append(piece)
+            continue
+        cur = piece.start
+        run = [ptr for ptr in pointers if ptr[5] >= piece.start and ptr[4] < piece.end]
+        if run and run[0][4] > cur:
+            out.append(Piece(cur, run[0][4]))
+            cur = run[0][4]
+        if run:
+            stop = min(piece.end, run[-1][5] + 1)
+            out.append(Piece(cur, stop, wal=tuple(run)))
+            cur = stop
+        if cur < piece.end:
+            out.append(Piece(cur, piece.end))
+    return tuple(out)
 
 
 def store_pieces(start: int, end: int, segments) -> tuple[Piece, ...]:
@@ -203,13 +237,32 @@ def make_ranges(opts: ReadOptions, cluster, ranges: list, ts_lo: int | None = No
     if store is not None:
         ids = cluster.topic_ids({t for t, _, _, _ in ranges})
         segments = cluster.remote_segments({TopicIdPartition(ids[t], t, p) for t, p, _, _ in ranges})
+    pieces = {(t, p, s, e): remote_pieces(s, e, segments.get((t, p), ())) for t, p, s, e in ranges}
+    wal, wal_stores = {}, {}
+    if opts.direct_read:                 # what is not tiered yet may be in the fast store (KIP-1176)
+        starts: dict = {}
+        for (t, p, _, _), ps in pieces.items():
+            for x in ps:
+                if x.key_prefix is None:
+                    starts[(t, p)] = min(starts.get((t, p), x.start), x.start)
+        wal = cluster.wal_pointers(starts) if starts else {}
+        wal_stores = cluster.wal_store_locations() if wal else {}
     out = []
-    for t, p, s, e in ranges:
-        pieces = remote_pieces(s, e, segments.get((t, p), ()))
-        remote = any(x.key_prefix for x in pieces)
-        out.append(OffsetRange(t, p, s, e, pieces, store if remote else None, ts_lo))
+    for (t, p, s, e), ps in pieces.items():
+        name, pointers = wal.get((t, p), ("", ()))
+        wal_store = wal_stores.get(name)
+        if wal_store is not None:
+            ps = wal_pieces(ps, pointers)
+        remote = any(x.key_prefix for x in ps)
+        out.append(OffsetRange(t, p, s, e, ps, store if remote else None, ts_lo,
+                               wal_store if any(x.wal for x in ps) else None))
     if any(r.store for r in out):
         check_store(next(r for r in out if r.store))
+    if out:
+        totals = {k: sum(r.sources()[k] for r in out) for k in ("remote", "wal", "fetch")}
+        wal_bytes = sum(ptr[2] for r in out for x in r.pieces for ptr in x.wal)
+        log.info("planned %d task(s): %d offsets from the slow store, %d from the fast store (%d bytes of WAL "
+                 "chunks), %d by Fetch", len(out), totals["remote"], totals["wal"], wal_bytes, totals["fetch"])
     return out
 
 

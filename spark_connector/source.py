@@ -30,21 +30,29 @@ def read_range(opts: ReadOptions, part: OffsetRange) -> Iterator:
     if not getattr(part, "pieces", None):             # nothing to read: Spark turns [] into InputPartition(None)
         return
     builder = RowBuilder(part.topic, part.partition, opts.include_headers)
-    remote = None
+    remote = wal = None
     try:
         for piece in part.pieces:
             if piece.key_prefix is not None and opts.direct_read:
                 if remote is None:
                     remote = RemoteReader(part.store, opts.chunk_bytes, opts.fail_on_data_loss)
                 yield from remote.read(piece, builder, part.ts_lo)
+            elif getattr(piece, "wal", ()) and opts.direct_read:
+                from spark_connector.wal_reader import WalReader
+                if wal is None:
+                    wal = WalReader(part.wal_store)
+                yield from wal.read(piece, builder, part.ts_lo)
+                if wal.stopped_at is not None:          # collected or damaged: the rest by Fetch
+                    yield from fetch_range(opts, part.topic, part.partition, wal.stopped_at, piece.end, builder)
             else:
                 yield from fetch_range(opts, part.topic, part.partition, piece.start, piece.end, builder)
         last = builder.take()
         if last is not None:
             yield last
     finally:
-        if remote is not None:
-            remote.close()
+        for reader in (remote, wal):
+            if reader is not None:
+                reader.close()
 
 
 def check_schema(schema, include_headers: bool) -> None:

@@ -85,7 +85,7 @@ def _broker_entries(broker) -> list[dict]:
     for name in sorted(names):
         source = SOURCES[config.source_of(name)]
         value = config.get(name) if source != DEFAULT_CONFIG else defaults.get(name, "")
-        if name == STORE_URL and value:
+        if value and (name == STORE_URL or (name.startswith("remote.wal.storage.") and name.endswith(".url"))):
             value = absolute_store_url(value)
         sensitive = is_sensitive(name)
         synonyms = [{"name": name, "value": layer[name], "source": layer_source}
