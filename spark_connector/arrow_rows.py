@@ -46,11 +46,15 @@ def spark_schema(include_headers: bool):
 def binary_array(items: list) -> pa.Array:
     """A binary array from bytes / None, built from one joined buffer and an offsets vector: about 5x faster than
     pa.array(items, pa.binary()) for ~1 KiB values, which converts element by element."""
-    n = len(items)
     lens = np.array([-1 if x is None else len(x) for x in items], dtype=np.int64)
+    return binary_from(np.frombuffer(b"".join([x for x in items if x is not None]), np.uint8), lens)
+
+
+def binary_from(data, lens) -> pa.Array:
+    """A binary array from its values back to back and their lengths (-1: null)."""
+    n = len(lens)
     valid = lens >= 0
     nulls = n - int(np.count_nonzero(valid))
-    data = b"".join(items) if not nulls else b"".join([x for x in items if x is not None])
     if len(data) >= 2**31:
         raise ValueError("more than 2 GiB in one record batch column")
     offsets = np.zeros(n + 1, dtype=np.int32)
@@ -75,6 +79,8 @@ class RowBuilder:
         self._reset()
 
     def _reset(self) -> None:
+        self.chunks: list = []        # column arrays from fast_decode, in order, before the lists' rows
+        self.chunk_rows = 0
         self.keys: list = []
         self.values: list = []
         self.offsets: list = []
@@ -86,10 +92,32 @@ class RowBuilder:
         self.bytes = 0
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.offsets) + self.chunk_rows
 
     def full(self) -> bool:
-        return len(self.offsets) >= self.max_rows or self.bytes >= self.max_bytes
+        return len(self) >= self.max_rows or self.bytes >= self.max_bytes
+
+    def add_columns(self, offsets, timestamps, ts_type: int, key_data, key_lens, value_data, value_lens) -> None:
+        """Rows as column arrays (fast_decode.decode_columns: lengths -1 for null), after the rows added so far."""
+        if self.offsets:
+            self.chunks.append(self._lists_as_columns())
+        n = len(offsets)
+        self.chunks.append((offsets, timestamps, np.full(n, ts_type, np.int32), key_data, key_lens, value_data,
+                            value_lens))
+        self.chunk_rows += n
+        self.bytes += len(value_data) + len(key_data)
+
+    def _lists_as_columns(self) -> tuple:
+        keys, values = self.keys, self.values
+        cols = (np.asarray(self.offsets, np.int64), np.asarray(self.timestamps, np.int64),
+                np.asarray(self.ts_types, np.int32),
+                np.frombuffer(b"".join([k for k in keys if k is not None]), np.uint8),
+                np.array([-1 if k is None else len(k) for k in keys], np.int64),
+                np.frombuffer(b"".join([v for v in values if v is not None]), np.uint8),
+                np.array([-1 if v is None else len(v) for v in values], np.int64))
+        self.chunk_rows += len(self.offsets)
+        self.keys, self.values, self.offsets, self.timestamps, self.ts_types = [], [], [], [], []
+        return cols
 
     def add(self, offset: int, timestamp_ms: int, ts_type: int, key, value, headers) -> None:
         """One record (the Fetch path; the direct path appends to the lists itself)."""
@@ -112,9 +140,11 @@ class RowBuilder:
             self.header_values.append(v)
 
     def take(self) -> pa.RecordBatch | None:
-        n = len(self.offsets)
+        n = len(self)
         if n == 0:
             return None
+        if self.chunks:
+            return self._take_columns(n)
         ts = pa.array(np.asarray(self.timestamps, dtype=np.int64) * 1000, pa.int64()).view(TIMESTAMP_TYPE)
         columns = [
             binary_array(self.keys),
@@ -128,6 +158,26 @@ class RowBuilder:
         ]
         if self.include_headers:
             columns.append(self._headers_column(n))
+        self.rows_total += n
+        self._reset()
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def _take_columns(self, n: int) -> pa.RecordBatch:
+        """take() when column arrays were added (headers are never wanted then: decode.py decodes those)."""
+        if self.offsets:
+            self.chunks.append(self._lists_as_columns())
+        parts = list(zip(*self.chunks))
+        offsets, stamps, types = (np.concatenate(parts[i]) for i in range(3))
+        columns = [
+            binary_from(np.concatenate(parts[3]), np.concatenate(parts[4])),
+            binary_from(np.concatenate(parts[5]), np.concatenate(parts[6])),
+            pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                           pa.array([self.topic], pa.string())).cast(pa.string()),
+            pa.array(np.full(n, self.partition, np.int32)),
+            pa.array(offsets),
+            pa.array(stamps * 1000, pa.int64()).view(TIMESTAMP_TYPE),
+            pa.array(types),
+        ]
         self.rows_total += n
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)

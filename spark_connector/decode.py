@@ -14,6 +14,7 @@ valueLength | value | headerCount | (headerKeyLength | headerKey | headerValueLe
 from __future__ import annotations
 
 from protocol.wire import VarintError, read_varint, read_varlong
+from spark_connector.fast_decode import AVAILABLE as FAST, decode_columns
 
 
 class CorruptBatch(ValueError):
@@ -23,7 +24,18 @@ class CorruptBatch(ValueError):
 def decode_into(buf, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None,
                 lo: int, hi: int, builder, ts_type: int) -> None:
     """Append the records of the uncompressed records section `buf` (bytes) whose offsets are in [lo, hi) to the
-    RowBuilder's column lists."""
+    RowBuilder: compiled (fast_decode.py) when numba is there and headers are not wanted, else in Python."""
+    if FAST and not builder.include_headers:
+        offsets, stamps, kdata, klens, vdata, vlens = decode_columns(buf, count, base_offset, base_timestamp,
+                                                                     log_append_time, lo, hi, ts_type)
+        builder.add_columns(offsets, stamps, ts_type, kdata, klens, vdata, vlens)
+    else:
+        decode_into_py(buf, count, base_offset, base_timestamp, log_append_time, lo, hi, builder, ts_type)
+
+
+def decode_into_py(buf, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None,
+                   lo: int, hi: int, builder, ts_type: int) -> None:
+    """decode_into in Python: the reference, and the path for headers."""
     offsets, stamps, keys, values = builder.offsets, builder.timestamps, builder.keys, builder.values
     types = builder.ts_types
     headers_wanted = builder.include_headers

@@ -36,7 +36,11 @@ def random_records(rnd: random.Random, n: int) -> list:
 
 @pytest.mark.parametrize("codec", sorted(compression.CODEC_NAMES))
 @pytest.mark.parametrize("headers", [True, False])
-def test_decoder_matches_protocol_records(codec, headers):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_decoder_matches_protocol_records(codec, headers, compiled, monkeypatch):
+    """decode_into against protocol/records.py: compiled (fast_decode.py, no headers) and in Python."""
+    import spark_connector.decode as decode
+    monkeypatch.setattr(decode, "FAST", compiled)
     rnd = random.Random(codec * 10 + headers)
     batch = build_records_batch(random_records(rnd, 300), codec, base_offset=1000, timestamp_ms=1_700_000_000_000)
     h = HEADER.unpack_from(batch, 0)
@@ -64,10 +68,28 @@ def test_decoder_log_append_time_and_corruption():
     assert [r["timestampType"] for r in rows] == [1, 1]
     assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == [123_456, 123_456]
     section = records_section(bytes(batch))
-    with pytest.raises(CorruptBatch):
-        decode_into(section[:-3], 2, 5, 1000, None, 0, 100, RowBuilder("t", 0, True), 0)
-    with pytest.raises(CorruptBatch):
-        decode_into(section + b"\x00", 2, 5, 1000, None, 0, 100, RowBuilder("t", 0, True), 0)
+    for headers in (True, False):                                  # the Python and the compiled decoder
+        with pytest.raises(CorruptBatch):
+            decode_into(section[:-3], 2, 5, 1000, None, 0, 100, RowBuilder("t", 0, headers), 0)
+        with pytest.raises(CorruptBatch):
+            decode_into(section + b"\x00", 2, 5, 1000, None, 0, 100, RowBuilder("t", 0, headers), 0)
+        with pytest.raises(CorruptBatch):
+            decode_into(section[:8], 2, 5, 1000, None, 0, 100, RowBuilder("t", 0, headers), 0)
+
+
+def test_compiled_and_python_rows_mix_in_order_in_one_builder():
+    """A task reads a piece directly (compiled decoder) and the next by Fetch (RowBuilder.add): one RecordBatch,
+    offsets in order."""
+    batch = build_records_batch([(None, b"a"), (b"k", None)], compression.NONE, base_offset=0, timestamp_ms=5)
+    b = RowBuilder("t", 0, False)
+    decode_into(records_section(batch), 2, 0, 5, None, 0, 100, b, 0)
+    b.add(2, 7, 0, b"k2", b"v2", None)
+    decode_into(records_section(build_records_batch([(None, b"c")], compression.NONE, base_offset=3,
+                                                    timestamp_ms=9)), 1, 3, 9, None, 0, 100, b, 0)
+    rows = b.take().to_pylist()
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == \
+        [(0, None, b"a"), (1, b"k", None), (2, b"k2", b"v2"), (3, None, b"c")]
+    assert b.take() is None
 
 
 def test_arrow_batches_have_the_schema_spark_checks():
