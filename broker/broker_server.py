@@ -7,6 +7,7 @@ import logging
 import uuid
 
 from broker.fetch_session import FetchSessionCache
+from broker.replica_selector import load_selector
 from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import load_handlers
 from broker.socket_server import KafkaConnection
@@ -127,6 +128,7 @@ class Broker:
             self.replicas.remote_log_manager = self.remote_log_manager
         self.groups = GroupCoordinator(config, replicas=self.replicas)
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
+        self.replica_selector = load_selector(config.get("replica.selector.class"))
         self.max_request_size = config.get_int("socket.request.max.bytes")
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.AbstractServer | None = None

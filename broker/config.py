@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from broker.replica_selector import load_selector
 from replication.remote_wal import WAL_DEFAULTS
 from replication.traffic_metrics import PRICE_DEFAULTS
 from storage.cleaner.cleaner import CLEANER_DEFAULTS
@@ -17,6 +18,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": "",
     "broker.rack": "",
+    "replica.selector.class": "",    # KIP-392: unset = consumers fetch from leaders (broker/replica_selector.py)
     "log.dirs": "./data/logs",
     "num.partitions": "1",
     "default.replication.factor": "1",
@@ -160,6 +162,7 @@ class BrokerConfig:
         cfg = cls(props)
         # validate early: a bad value fails at start-up with a message, not as a traceback at first use
         cfg.log_config()
+        load_selector(cfg.get("replica.selector.class"))
         for key in ("node.id", "metrics.port", "broker.session.timeout.ms", "broker.heartbeat.interval.ms"):
             try:
                 cfg.get_int(key)

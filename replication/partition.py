@@ -34,7 +34,8 @@ class AlterPartitionListener:
 class Partition:
     __slots__ = ("topic", "index", "log", "leader_epoch", "waiters", "remote", "local_broker_id", "isr",
                  "follower_end_offsets", "leader_id", "replicas", "partition_epoch", "topic_id", "last_caught_up",
-                 "pending_isr", "hw_waiters", "alter_isr", "_leo_at_last_fetch", "wal", "closed", "isr_listener")
+                 "pending_isr", "hw_waiters", "alter_isr", "_leo_at_last_fetch", "wal", "closed", "isr_listener",
+                 "follower_start_offsets", "leader_epoch_start_offset")
 
     def __init__(self, topic: str, index: int, plog: Log, *, leader_epoch: int = 0, local_broker_id: int = -1,
                  remote=None, topic_id: str = "", alter_isr=None, isr_listener: AlterPartitionListener | None = None):
@@ -55,6 +56,8 @@ class Partition:
         self.isr: tuple[int, ...] = (local_broker_id,)
         self.pending_isr: tuple[int, ...] | None = None    # an AlterPartition in flight (Kafka's PendingExpand/Shrink)
         self.follower_end_offsets: dict[int, int] = {}   # follower id -> log end offset from its fetches
+        self.follower_start_offsets: dict[int, int] = {}  # follower id -> log start offset from its fetches
+        self.leader_epoch_start_offset = -1       # our log end when we became leader of this epoch; -1 on a follower
         self.last_caught_up: dict[int, float] = {}       # follower id -> when it last had all of the leader's log
         self._leo_at_last_fetch: dict[int, tuple[int, float]] = {}
         self.wal = None                           # replication.remote_wal.PartitionWal when a fast store is set
@@ -170,9 +173,10 @@ class Partition:
         self.leader_id = self.local_broker_id
         self.leader_epoch, self.partition_epoch = state.leader_epoch, state.partition_epoch
         self.replicas, self.isr, self.pending_isr = tuple(state.replicas), tuple(state.isr), None
-        self.follower_end_offsets = {}
+        self.follower_end_offsets, self.follower_start_offsets = {}, {}
         self.last_caught_up = {r: now for r in self.replicas if r != self.local_broker_id}
         self._leo_at_last_fetch = {}
+        self.leader_epoch_start_offset = self.log.log_end_offset
         self.log.assign_epoch_start_offset(state.leader_epoch, self.log.log_end_offset)
         if self.wal is not None:
             self.wal.became_leader(self.log.log_end_offset)
@@ -186,6 +190,7 @@ class Partition:
         self.leader_epoch, self.partition_epoch = state.leader_epoch, state.partition_epoch
         self.replicas, self.isr, self.pending_isr = tuple(state.replicas), tuple(state.isr), None
         self.follower_end_offsets, self.last_caught_up, self._leo_at_last_fetch = {}, {}, {}
+        self.follower_start_offsets, self.leader_epoch_start_offset = {}, -1
         if self.wal is not None:
             self.wal.became_follower()
         self.fail_waiters()
@@ -216,7 +221,7 @@ class Partition:
             self.maybe_increment_high_watermark()
 
     # ---- leader: followers' fetch state and the ISR --------------------------------------------------------------
-    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now: float) -> None:
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now: float, log_start: int = -1) -> None:
         """A follower fetched from `fetch_offset`, which is its log end offset (Kafka's updateFollowerFetchState):
         it is caught up if that reaches our log end now, or our log end at its previous fetch; then the HW may
         move and a follower outside the ISR may join it."""
@@ -229,6 +234,7 @@ class Partition:
                 self.last_caught_up[replica_id] = max(self.last_caught_up.get(replica_id, 0.0), prev[1])
         self._leo_at_last_fetch[replica_id] = (leo, now)
         self.follower_end_offsets[replica_id] = fetch_offset
+        self.follower_start_offsets[replica_id] = log_start
         if self.maybe_increment_high_watermark():
             self.wake_waiters()
         if replica_id not in self.isr and self.pending_isr is None and replica_id in self.replicas and \
@@ -369,12 +375,24 @@ class Partition:
         return [], ErrorCode.unknown_server_error
 
     # ---- leader: offsets -----------------------------------------------------------------------------------------
+    @property
+    def high_watermark_lagging(self) -> bool:
+        """A new leader whose high watermark is still below where its epoch started: the followers have not fetched
+        from it yet, so the HW it knows may be older than the one its predecessor gave out."""
+        return self.leader_epoch_start_offset > self.log.high_watermark
+
     def fetch_offset_for_timestamp(self, timestamp: int):
         """ListOffsets: (error, offset, timestamp, leader epoch) or a coroutine giving that when the remote tier must
         be searched. -1 latest (the high watermark), -2 earliest (incl. the remote tier), -3 max timestamp, -4
-        earliest local, -5 latest tiered (KIP-1005), else the first offset with a timestamp at or after it."""
+        earliest local, -5 latest tiered (KIP-1005), else the first offset with a timestamp at or after it.
+
+        Like Kafka's Partition.fetchOffsetForTimestamp, a leader whose HW lags behind its epoch start answers
+        OFFSET_NOT_AVAILABLE (retriable) for latest, and for lookups that find nothing below the HW, instead of an
+        offset lower than one a client may already have seen."""
         plog = self.log
         if timestamp == LATEST:
+            if self.high_watermark_lagging:
+                return self._not_available()
             return self._found(plog.high_watermark, -1)
         if timestamp == EARLIEST:
             return self._found(plog.log_start_offset, -1)
@@ -382,16 +400,26 @@ class Partition:
             return self._found(plog.local_log_start_offset, -1)
         if timestamp == LATEST_TIERED:
             if not self.remote_log_enabled:
-                return 0, -1, -1, -1
+                return self._checked(0, -1, -1, -1)
             offset, epoch = self.remote.latest_tiered(plog)
-            return 0, offset, -1, epoch
+            return self._checked(0, offset, -1, epoch)
         if timestamp >= 0 and self.remote_log_enabled and plog.log_start_offset < plog.local_log_start_offset:
             return self._lookup_tiered(timestamp)
         if timestamp == MAX_TIMESTAMP:
             entry = plog.max_timestamp_entry()
         else:
             entry = plog.fetch_offset_by_timestamp(timestamp)
-        return self._found(*entry) if entry else (0, -1, -1, -1)
+        return self._checked(*(self._found(*entry) if entry else (0, -1, -1, -1)))
+
+    def _not_available(self) -> tuple[int, int, int, int]:
+        return ErrorCode.offset_not_available, -1, -1, -1
+
+    def _checked(self, err: int, offset: int, ts: int, epoch: int) -> tuple[int, int, int, int]:
+        """ReplicaManager.fetchOffset: while the HW lags, a lookup that finds nothing, or an offset at or above the
+        HW, is OFFSET_NOT_AVAILABLE."""
+        if err == 0 and self.high_watermark_lagging and (offset < 0 or offset >= self.log.high_watermark):
+            return self._not_available()
+        return err, offset, ts, epoch
 
     def _found(self, offset: int, ts: int) -> tuple[int, int, int, int]:
         return 0, offset, ts, (self.leader_epoch if offset >= 0 else -1)
@@ -408,7 +436,7 @@ class Partition:
             return ErrorCode.unknown_server_error, -1, -1, -1
         if found is None:
             found = self.log.fetch_offset_by_timestamp(timestamp)
-        return self._found(*found) if found else (0, -1, -1, -1)
+        return self._checked(*(self._found(*found) if found else (0, -1, -1, -1)))
 
     def delete_records_on_leader(self, offset: int) -> int:
         """DeleteRecords: move the log start to `offset` (-1 = the high watermark); returns the low watermark.
@@ -444,8 +472,15 @@ class Partition:
                                                       f"partial batch")
         result = self.log.append_as_follower(records, headers)
         if leader_high_watermark is not None:
-            self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+            self.update_follower_high_watermark(leader_high_watermark)
         return result
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """Take the leader's HW, capped at our log end. Consumers fetching from this follower (KIP-392) are parked
+        on it: wake them when it moves, as Kafka's fetcher completes delayed fetches of partitions whose HW moved."""
+        before = self.log.high_watermark
+        if self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset)) > before:
+            self.wake_waiters()
 
     def truncate_to(self, offset: int) -> bool:
         """Drop a divergent tail from `offset` on (after OffsetForLeaderEpoch, KIP-101/279)."""

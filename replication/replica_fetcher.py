@@ -204,7 +204,7 @@ class ReplicaFetcher:
                         self.metrics.replication_bytes_in.inc(len(p.records))
                     part.append_records_to_follower(bytearray(p.records), p.high_watermark)
                 else:
-                    part.log.update_high_watermark(min(p.high_watermark, part.log_end_offset))
+                    part.update_follower_high_watermark(p.high_watermark)
             elif err == ErrorCode.offset_out_of_range and p.log_start_offset > part.log_end_offset:
                 log.info("%s-%d: leader %d's log starts at %d, above our end %d: starting there", topic,
                          p.partition_index, self.leader_id, p.log_start_offset, part.log_end_offset)

@@ -123,5 +123,5 @@ def append_chunks(part, chunks, high_watermark: int) -> int:
                                                       f"not at our log end {part.log_end_offset}")
         part.append_records_to_follower(bytearray(data), high_watermark)
         total += len(data)
-    part.log.update_high_watermark(min(high_watermark, part.log_end_offset))
+    part.update_follower_high_watermark(high_watermark)
     return total

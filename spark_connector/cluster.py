@@ -3,9 +3,16 @@ the object store location (DescribeConfigs), and the remote segments of partitio
 
 Only the driver talks to the brokers for planning; executors receive everything they need in their input
 partitions (offset ranges and the segment objects to read), so a task does no metadata lookups.
+
+On a cluster every ListOffsets goes to the partition's leader (librdkafka groups the partitions by leader), so the
+earliest and latest offsets are the leaders' log start and high watermark. Lookups are retried as Spark's
+KafkaOffsetReaderAdmin does: up to fetchOffset.numRetries attempts, fetchOffset.retryIntervalMs apart, each of
+which (like the Java AdminClient under it) retries retriable errors, such as a partition whose leader just died or
+a new leader whose high watermark is not known yet (OFFSET_NOT_AVAILABLE), for up to strata.brokerTimeoutMs.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import socket
 import struct
@@ -27,6 +34,27 @@ _CREDENTIALS = {"access.key.id", "secret.access.key", "session.token"}
 
 class BrokerUnavailable(Exception):
     """No bootstrap server accepted a connection."""
+
+
+class OffsetLookupError(RuntimeError):
+    """ListOffsets failed for good (after strata.brokerTimeoutMs of retries), naming the partitions."""
+
+
+# Kafka's RetriableException error codes that ListOffsets may answer (the Java AdminClient retries them)
+_RETRIABLE = {3, 5, 6, 7, 9, 13, 14, 15, 16, 56, 74, 75, 78}
+_RETRY_BACKOFF_S = 0.1                # Kafka's retry.backoff.ms
+# One request's timeout within an attempt: librdkafka keeps a request to a leader that just died waiting for the
+# connection (and then answers ListOffsets with offset -1001 and no error), while the cluster elects a new one
+_CALL_TIMEOUT_S = 10.0
+OFFSET_INVALID = -1001
+
+
+def _retriable(exc: Exception) -> bool:
+    err = exc.args[0] if exc.args else None
+    if not hasattr(err, "code"):
+        return False
+    return bool(getattr(err, "retriable", lambda: False)()) or err.code() in _RETRIABLE or err.code() in (
+        -195, -187, -185, -156)       # librdkafka: _TRANSPORT, _ALL_BROKERS_DOWN, _TIMED_OUT, _NOENT (no leader)
 
 
 _PROBE_CORRELATION_ID = 0x53545241
@@ -78,9 +106,10 @@ def uuid_of(kafka_uuid_obj) -> uuid.UUID:
 
 
 class Cluster:
-    def __init__(self, client: ClientOptions):
+    def __init__(self, client: ClientOptions, group_id: str | None = None):
         from confluent_kafka.admin import AdminClient
         self.client = client
+        self.group_id = group_id or f"spark-kafka-relation-{uuid.uuid4()}-driver"   # the metadata consumer's
         self.timeout = client.broker_timeout_ms / 1000
         self.admin = AdminClient(client.conf())
         self._metadata = None
@@ -94,18 +123,22 @@ class Cluster:
         from confluent_kafka import KafkaException
         if self._metadata is None or refresh:
             try:
-                self._metadata = self.admin.list_topics(timeout=self.timeout)
+                self._metadata = self.with_retries("Metadata", lambda: self.admin.list_topics(timeout=self.timeout))
             except KafkaException as e:
                 raise BrokerUnavailable(f"cannot get metadata from {self.client.bootstrap}: {e}") from None
         return self._metadata
 
     def partitions(self, topics) -> dict[str, int]:
         """{topic: partition count} for the existing topics among `topics` (missing ones are left out)."""
+        from confluent_kafka import KafkaError
         md = self.metadata(refresh=True)
         out = {}
         for t in topics:
             tm = md.topics.get(t)
-            if tm is not None and tm.error is None and tm.partitions:
+            # a partition without a leader right now (LEADER_NOT_AVAILABLE) is still the topic's: its offsets
+            # lookup waits for a leader or fails, but the partition is never silently left out
+            if tm is not None and tm.partitions and (tm.error is None or
+                                                    tm.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART):
                 out[t] = len(tm.partitions)
         return out
 
@@ -121,38 +154,83 @@ class Cluster:
         return {t: uuid_of(f.result(timeout=self.timeout).topic_id) for t, f in futures.items()}
 
     # ---- offsets ----
+    def with_retries(self, what: str, fn):
+        """Spark's KafkaOffsetReaderAdmin.withRetries: fetchOffset.numRetries attempts, fetchOffset.retryIntervalMs
+        apart, each with a fresh AdminClient; the last error is raised."""
+        from confluent_kafka.admin import AdminClient
+        attempts = self.client.fetch_offset_retries
+        for attempt in range(1, attempts + 1):
+            try:
+                return fn()
+            except Exception as e:
+                if attempt == attempts:
+                    raise
+                log.warning("Error in attempt %d getting Kafka offsets (%s): %s", attempt, what, e)
+                time.sleep(self.client.fetch_offset_retry_interval_ms / 1000)
+                self.admin = AdminClient(self.client.conf())
+        raise AssertionError("unreachable")
+
     def list_offsets(self, specs: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """ListOffsets: spec -2 earliest, -1 latest, >= 0 a timestamp (-> first offset with timestamp >= it, or -1
-        if there is none). Retries a few times on retriable errors (a partition still loading)."""
-        from confluent_kafka import KafkaException, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
+        """ListOffsets from each partition's leader: spec -2 earliest, -1 latest (the high watermark), >= 0 a
+        timestamp (-> first offset with timestamp >= it, or -1 if there is none)."""
         if not specs:
             return {}
+        return self.with_retries("ListOffsets", lambda: self._list_offsets(specs))
+
+    def _list_offsets(self, specs: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """One attempt: retriable errors (no leader yet, a new leader's HW unknown, a lost connection) are tried
+        again until strata.brokerTimeoutMs, as the Java AdminClient does until default.api.timeout.ms."""
+        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
         req = {}
         for (t, p), s in specs.items():
             spec = OffsetSpec.earliest() if s == -2 else OffsetSpec.latest() if s == -1 else \
                 OffsetSpec.for_timestamp(s)
             req[TopicPartition(t, p)] = spec
-        for attempt in range(5):
+        deadline = time.monotonic() + self.timeout
+        while True:
+            call = max(min(deadline - time.monotonic(), _CALL_TIMEOUT_S), 1.0)
             try:
-                futures = self.admin.list_offsets(req, request_timeout=self.timeout)
-                return {(tp.topic, tp.partition): f.result(timeout=self.timeout).offset
-                        for tp, f in futures.items()}
+                futures = self.admin.list_offsets(req, request_timeout=call)
+                try:
+                    out = {(tp.topic, tp.partition): f.result(timeout=call + 5).offset for tp, f in futures.items()}
+                except concurrent.futures.TimeoutError:
+                    out = {tp: OFFSET_INVALID for tp in specs}
+                # earliest and latest are never negative; a timestamp lookup answers -1 when nothing matches
+                missing = sorted(f"{t}-{p}" for (t, p), o in out.items()
+                                 if o == OFFSET_INVALID or (o < 0 and specs[(t, p)] < 0))
+                if not missing:
+                    return out
+                if time.monotonic() + _RETRY_BACKOFF_S > deadline:
+                    raise OffsetLookupError(f"ListOffsets of {missing} got no answer from their leader within "
+                                            f"{self.timeout:.0f}s (strata.brokerTimeoutMs)")
+                log.info("ListOffsets: no answer for %s (retrying)", missing)
             except KafkaException as e:
-                err = e.args[0] if e.args else None
-                if attempt == 4 or not getattr(err, "retriable", lambda: False)():
-                    raise
-                time.sleep(0.2 * (attempt + 1))
-        raise AssertionError("unreachable")
+                if not _retriable(e) or time.monotonic() + _RETRY_BACKOFF_S > deadline:
+                    raise OffsetLookupError(f"ListOffsets of {sorted(f'{t}-{p}' for t, p in specs)} from "
+                                            f"{self.client.bootstrap} failed: {e}") from e
+                log.info("ListOffsets: %s (retrying)", e)
+            time.sleep(_RETRY_BACKOFF_S)
 
     # ---- object store ----
     def store_location(self) -> tuple[str | None, dict]:
-        """The remote store URL and non-secret store options the broker runs with (DescribeConfigs, BROKER)."""
+        """The remote store URL and non-secret store options the brokers run with (DescribeConfigs, BROKER), from
+        the controller or else any broker that answers (one may have just died)."""
+        from confluent_kafka import KafkaException
         from confluent_kafka.admin import ConfigResource, ResourceType
-        md = self.metadata()
-        broker_id = md.controller_id if md.controller_id in md.brokers else next(iter(md.brokers))
-        res = ConfigResource(ResourceType.BROKER, str(broker_id))
-        configs = self.admin.describe_configs([res], request_timeout=self.timeout)[res].result(timeout=self.timeout)
+        md = self.metadata(refresh=True)
+        ids = sorted(md.brokers, key=lambda b: (b != md.controller_id, b))
+        configs = None
+        for broker_id in ids:
+            res = ConfigResource(ResourceType.BROKER, str(broker_id))
+            try:
+                configs = self.admin.describe_configs([res], request_timeout=self.timeout)[res].result(
+                    timeout=self.timeout)
+                break
+            except KafkaException as e:
+                if broker_id == ids[-1] or not _retriable(e):
+                    raise
+                log.info("DescribeConfigs of broker %d: %s (asking the next broker)", broker_id, e)
         url, options = None, {}
         for name, entry in configs.items():
             if not name.startswith(STORE_PREFIX) or entry.value is None or entry.is_sensitive:
@@ -223,25 +301,25 @@ class Cluster:
             return {(t.topic, t.partition): [] for t in tips}
         n = len(md_topic.partitions)
         parts = sorted({metadata_partition(t, n) for t in tips})
-        _read_partitions(self.client, parts, self.timeout, self._md_next, self._md_events)
+        _read_partitions(self.client, self.group_id, parts, self.timeout, self._md_next, self._md_events)
         return fold_segments((v for p in parts for v in self._md_events.get(p, ())), set(tips))
 
     def close(self) -> None:
         self.admin = None
 
 
-def _read_partitions(client: ClientOptions, partitions: list[int], timeout: float, next_offsets: dict,
-                     events: dict) -> None:
+def _read_partitions(client: ClientOptions, group_id: str, partitions: list[int], timeout: float,
+                     next_offsets: dict, events: dict) -> None:
     """Append the record values of the given `__remote_log_metadata` partitions from next_offsets[p] (else the
     start) up to the high watermark to events[p], in order, and move next_offsets[p] to the high watermark."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-    c = Consumer(client.conf(**{"group.id": f"strata-spark-planner-{uuid.uuid4().hex}", "enable.auto.commit": False,
+    c = Consumer(client.conf(**{"group.id": group_id, "enable.auto.commit": False,
                                 "enable.auto.offset.store": False, "enable.partition.eof": True,
                                 "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50}))
     try:
         ends, assign = {}, []
         for p in partitions:
-            low, high = c.get_watermark_offsets(TopicPartition(METADATA_TOPIC, p), timeout=timeout, cached=False)
+            low, high = _watermarks(c, TopicPartition(METADATA_TOPIC, p), timeout)
             start = next_offsets.get(p, low)
             if start < low or start > high:                  # never expected (retention -1); start over
                 start = low
@@ -278,6 +356,22 @@ def _read_partitions(client: ClientOptions, partitions: list[int], timeout: floa
                     ends.pop(p)
     finally:
         c.close()
+
+
+def _watermarks(consumer, tp, timeout: float) -> tuple[int, int]:
+    """A partition's (log start, high watermark) from its leader, retrying retriable errors (a leader that just
+    died, a new one whose high watermark is not known yet) for up to `timeout` seconds."""
+    from confluent_kafka import KafkaException
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=max(min(deadline - time.monotonic(), _CALL_TIMEOUT_S),
+                                                                  1.0), cached=False)
+        except KafkaException as e:
+            if not _retriable(e) or time.monotonic() + _RETRY_BACKOFF_S > deadline:
+                raise
+            log.info("watermarks of %s-%d: %s (retrying)", tp.topic, tp.partition, e)
+            time.sleep(_RETRY_BACKOFF_S)
 
 
 def fold_segments(values, wanted) -> dict[tuple[str, int], list[SegmentInfo]]:

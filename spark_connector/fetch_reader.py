@@ -1,23 +1,44 @@
 """Executor side: read the part of an offset range that is not in the remote tier (or all of it with
-strata.directRead=false) by Fetch from the partition leader, with a confluent-kafka Consumer.
+strata.directRead=false) by Fetch, with a confluent-kafka Consumer: from the partition's leader, or with
+`kafka.client.rack` from the in-sync replica the leader names for that rack (KIP-392).
 
 The consumer is assigned (no group membership, nothing committed: offsets live in Spark's checkpoint, as with
 Spark's Kafka source) and uses auto.offset.reset=error, so an offset that is no longer available is reported
 exactly: an error with failOnDataLoss=true, else a warning and a restart at the earliest available offset.
+
+A leader change or a broker lost mid-task does not fail the task: librdkafka finds the new leader and the task
+carries on from the next offset it needs; transient errors it reports meanwhile (a lost connection, all brokers
+down for a moment) are logged. Only no progress for kafkaConsumer.pollTimeoutMs, or a non-retriable error, fails
+the task (and Spark then retries it on the same range).
 """
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Iterator
 
-from spark_connector.options import ReadOptions
-from spark_connector.planning import report_data_loss
+from spark_connector.options import ReadOptions, consumer_group_id
+from spark_connector.planning import log, report_data_loss
+
+
+def transient(err) -> bool:
+    """Errors librdkafka recovers from by itself (reconnects, metadata refresh, new leader): keep consuming."""
+    from confluent_kafka import KafkaError
+    if err.fatal():
+        return False
+    return err.retriable() or err.code() in (
+        KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE,
+        KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION, KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._WAIT_COORD)
 
 
 def consumer_conf(opts: ReadOptions) -> dict:
-    conf = {"group.id": f"strata-spark-{uuid.uuid4().hex}", "fetch.wait.max.ms": 100}
+    """Spark's kafkaParamsForExecutors with librdkafka names: the query's group id (never joined, nothing
+    committed), offsets only where the driver says (no reset), kafka.* options on top (e.g. client.rack)."""
+    conf = {"fetch.wait.max.ms": 100}
     conf.update(dict(opts.client.kafka_conf))
+    conf["group.id"] = consumer_group_id(opts, "executor")
     conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": False,
                  "auto.offset.reset": "error"})
     return opts.client.conf(**conf)
@@ -58,6 +79,10 @@ def fetch_range(opts: ReadOptions, topic: str, partition: int, start: int, end: 
                         next_offset = min(low, end)
                         c.assign([TopicPartition(topic, partition, next_offset)])
                         break
+                    if transient(err):
+                        log.warning("fetching %s-%d at offset %d: %s (retrying)", topic, partition, next_offset,
+                                    err)
+                        continue
                     raise KafkaException(err)
                 off = m.offset()
                 if off < next_offset:

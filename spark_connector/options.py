@@ -8,9 +8,13 @@ pickled to every executor with the reader.
 from __future__ import annotations
 
 import json
+import logging
 import re
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from typing import Mapping
+
+log = logging.getLogger("strata.spark")
 
 EARLIEST, LATEST = -2, -1            # Kafka's ListOffsets sentinels, as Spark's JSON offsets use them
 STORE_PREFIX = "strata.store."
@@ -37,6 +41,12 @@ _FORBIDDEN_WRITE = {
 _OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 _TIMESTAMPS_EXAMPLE = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
 _ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+# KafkaSourceProvider.CUSTOM_GROUP_ID_ERROR_MESSAGE, for librdkafka consumers (assigned, never in a group)
+_CUSTOM_GROUP_ID = ("Kafka option 'kafka.group.id' has been set on this query, it is not recommended to set this "
+                    "option. Every consumer of the query (and of any other query or source with the same group id) "
+                    "uses it; the connector never joins the group and never commits offsets, but group-based "
+                    "quotas and ACLs apply to all of them together.")
 
 
 class StrataOptionError(ValueError):
@@ -63,6 +73,8 @@ class ClientOptions:
     store_url: str | None = None
     store_options: tuple = ()    # (open_object_store name, value) pairs from strata.store.*
     broker_timeout_ms: int = 30_000
+    fetch_offset_retries: int = 3          # fetchOffset.numRetries: attempts at an offset lookup
+    fetch_offset_retry_interval_ms: int = 10   # fetchOffset.retryIntervalMs: pause between them
 
     def conf(self, **extra) -> dict:
         base = {"bootstrap.servers": self.bootstrap, "broker.address.family": "v4"}
@@ -83,6 +95,11 @@ class ReadOptions:
     by_timestamp_strategy: str = "error"
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    group_id_prefix: str | None = None   # groupIdPrefix
+    group_id: str | None = None          # kafka.group.id
+    query_group_id: str | None = None    # <prefix>-<uuid> of one query (with_group_id)
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     include_headers: bool = False
@@ -101,6 +118,35 @@ class WriteOptions:
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
+_TIME_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def time_string_ms(name: str, raw) -> int:
+    """Spark's JavaUtils.timeStringAsMs: an integer with an optional unit (us, ms, s, m, min, h, d), ms without."""
+    m = re.fullmatch(r"(-?[0-9]+)([a-z]+)?", str(raw).strip().lower())
+    if m is None or (m.group(2) and m.group(2) not in _TIME_UNITS):
+        raise StrataOptionError(f"Invalid value '{raw}' for option '{name}': time must be specified as seconds (s), "
+                                "milliseconds (ms), microseconds (us), minutes (m or min), hour (h), or day (d). "
+                                "E.g. 50s, 100ms, or 250us.")
+    v = int(int(m.group(1)) * _TIME_UNITS[m.group(2) or "ms"])
+    if v < 0:
+        raise StrataOptionError(f"Invalid value '{raw}' for option '{name}', must not be negative")
+    return v
+
+
+def _non_negative(opts: Mapping[str, str], name: str, default: int) -> int:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        v = int(str(raw).strip())
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise StrataOptionError(f"Invalid value '{raw}' for option '{name}', must be a non-negative integer")
+    return v
+
+
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raw = opts.get(name.lower())
     if raw is None:
@@ -146,7 +192,9 @@ def _client(opts: Mapping[str, str], forbidden: dict[str, str]) -> ClientOptions
                                 "file://./relative/path or s3://bucket[/prefix]")
     return ClientOptions(str(bootstrap).strip(), tuple(sorted(kafka_conf)), str(url).strip() if url else None,
                          tuple(sorted(store_options)),
-                         _positive(opts, "strata.brokerTimeoutMs", 30_000))
+                         _positive(opts, "strata.brokerTimeoutMs", 30_000),
+                         _positive(opts, "fetchOffset.numRetries", 3),
+                         _non_negative(opts, "fetchOffset.retryIntervalMs", 10))
 
 
 def _strategy(opts: Mapping[str, str]) -> dict:
@@ -260,10 +308,30 @@ def parse_read_options(opts: Mapping[str, str], *, streaming: bool | None) -> Re
         raise StrataOptionError(f"Invalid value '{strategy_ts}' for option 'startingOffsetsByTimestampStrategy', "
                                 "must be 'error' or 'latest'")
     chunk = _positive(opts, "strata.chunkSizeBytes", 8 << 20)
+    max_offsets = _positive(opts, "maxOffsetsPerTrigger", None)
+    min_offsets = _positive(opts, "minOffsetsPerTrigger", None)
+    if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+        raise StrataOptionError(f"The value of minOffsetPerTrigger({min_offsets}) is higher than the "
+                                f"maxOffsetsPerTrigger({max_offsets}).")
+    delay = time_string_ms("maxTriggerDelay", opts.get("maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY))
+    prefix = opts.get("groupidprefix")
+    if prefix is not None and not str(prefix).strip():
+        raise StrataOptionError("Option 'groupIdPrefix' is empty")
+    group_id = dict(client.kafka_conf).get("group.id")
+    if streaming is not None:                     # once per query, not again for schema()
+        if group_id is not None:
+            log.warning(_CUSTOM_GROUP_ID)
+            if prefix is not None:
+                log.warning("Option groupIdPrefix will be ignored as option kafka.group.id has been set.")
+        if not streaming:
+            for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+                if name.lower() in opts:
+                    log.warning("%s option ignored in batch queries", name)
     return ReadOptions(
         client=client, **strategy, starting=starting, ending=ending, by_timestamp_strategy=strategy_ts,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-        max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger", None),
+        max_offsets_per_trigger=max_offsets, min_offsets_per_trigger=min_offsets, max_trigger_delay_ms=delay,
+        group_id_prefix=str(prefix).strip() if prefix is not None else None, group_id=group_id,
         min_partitions=_positive(opts, "minPartitions", None),
         max_records_per_partition=_positive(opts, "maxRecordsPerPartition", None),
         include_headers=_bool(opts, "includeHeaders", False),
@@ -271,6 +339,23 @@ def parse_read_options(opts: Mapping[str, str], *, streaming: bool | None) -> Re
         direct_read=_bool(opts, "strata.directRead", True),
         chunk_bytes=chunk,
         filter_pushdown=_bool(opts, "strata.filterPushdown", False))
+
+
+def with_group_id(opts: ReadOptions, streaming: bool) -> ReadOptions:
+    """The group.id of one query's consumers, as KafkaSourceProvider picks it: kafka.group.id if set, else
+    `<groupIdPrefix>-<random UUID>` (prefix spark-kafka-relation for batch, spark-kafka-source for streaming) and
+    `-executor`; the driver's consumer uses the same with `-driver`. Called once per query, on the driver."""
+    prefix = opts.group_id_prefix or ("spark-kafka-source" if streaming else "spark-kafka-relation")
+    return replace(opts, query_group_id=f"{prefix}-{uuid.uuid4()}")
+
+
+def consumer_group_id(opts: ReadOptions, role: str) -> str:
+    """group.id of the `role` ('executor' or 'driver') consumers of a query."""
+    if opts.group_id is not None:
+        return opts.group_id
+    if opts.query_group_id is None:               # options parsed outside a query (tests, tools)
+        opts = with_group_id(opts, streaming=False)
+    return f"{opts.query_group_id}-{role}"
 
 
 def parse_write_options(opts: Mapping[str, str]) -> WriteOptions:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from spark_connector.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, StrataOptionError
+from spark_connector.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, StrataOptionError, consumer_group_id
 from spark_connector.pushdown import Bounds
 
 log = logging.getLogger("strata.spark")
@@ -290,7 +290,7 @@ def plan_batch(opts: ReadOptions, bounds: Bounds) -> list[OffsetRange]:
     from spark_connector.cluster import Cluster, reachable
     if not reachable(opts.client.bootstrap):
         return plan_from_store(opts, bounds)
-    cluster = Cluster(opts.client)
+    cluster = Cluster(opts.client, consumer_group_id(opts, "driver"))
     try:
         tps = topic_partitions(opts, cluster)
         earliest = cluster.list_offsets({tp: EARLIEST for tp in tps})

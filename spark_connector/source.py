@@ -18,7 +18,9 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
 from spark_connector.arrow_rows import RowBuilder, spark_schema
-from spark_connector.options import ReadOptions, StrataOptionError, parse_read_options, parse_write_options
+from spark_connector.options import (
+    ReadOptions, StrataOptionError, parse_read_options, parse_write_options, with_group_id,
+)
 from spark_connector.planning import OffsetRange
 from spark_connector.pushdown import Bounds, push_filters
 
@@ -107,13 +109,14 @@ class StrataDataSource(DataSource):
     def reader(self, schema):
         opts = parse_read_options(self.options, streaming=False)
         check_schema(schema, opts.include_headers)
+        opts = with_group_id(opts, streaming=False)
         return StrataPushdownReader(opts) if opts.filter_pushdown else StrataBatchReader(opts)
 
     def streamReader(self, schema):
         from spark_connector.stream import StrataStreamReader
         opts = parse_read_options(self.options, streaming=True)
         check_schema(schema, opts.include_headers)
-        return StrataStreamReader(opts)
+        return StrataStreamReader(with_group_id(opts, streaming=True))
 
     def writer(self, schema, overwrite: bool):
         from spark_connector.writer import StrataWriter, check_write_schema

@@ -3,6 +3,10 @@ memoryview slices of the segment mmaps (no copy until the socket write).
 
 Advertised from v0 for librdkafka 2.0.2's feature detection (see produce.py); kio decodes v4+, older versions close
 the connection with a log line. v13+ addresses topics by id.
+
+Follower fetching (KIP-392): a consumer Fetch v11+ carries client metadata (its rack), and then any replica may
+serve it, up to that replica's high watermark; with `replica.selector.class` set, the leader may instead answer
+with `preferred_read_replica` (broker/replica_selector.py) and no records. Older versions read from the leader only.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import uuid
 
 from broker.fetch_session import FetchSession, SessionPartition
 from broker.current_leader import current_leaders
+from broker.replica_selector import preferred_read_replica
 from protocol import kio_codec
 from protocol.wire import I16, I32, I64, array_len, leader_id_and_epoch, node_endpoints, string, tagged_fields
 from protocol.errors import ApiError, ErrorCode
@@ -29,9 +34,10 @@ _NULL_UUID = b"\x00" * 16
 class _Wanted:
     """One partition a fetch asks for: key is (topic name or topic id, partition)."""
     __slots__ = ("key", "topic", "index", "fetch_offset", "max_bytes", "leader_epoch", "sp", "part", "error",
-                 "remote", "last_fetched_epoch", "diverging", "pointers")
+                 "remote", "last_fetched_epoch", "diverging", "pointers", "log_start", "preferred")
 
-    def __init__(self, key, topic, index, fetch_offset, max_bytes, leader_epoch, sp=None, last_fetched_epoch=-1):
+    def __init__(self, key, topic, index, fetch_offset, max_bytes, leader_epoch, sp=None, last_fetched_epoch=-1,
+                 log_start=-1):
         self.key, self.topic, self.index = key, topic, index
         self.fetch_offset, self.max_bytes, self.leader_epoch = fetch_offset, max_bytes, leader_epoch
         self.last_fetched_epoch = last_fetched_epoch
@@ -41,6 +47,8 @@ class _Wanted:
         self.remote: asyncio.Task | None = None     # a read from the remote tier (offset below the local log start)
         self.diverging: tuple[int, int] | None = None   # (epoch, end offset) for a follower whose log diverged
         self.pointers = ()                              # WAL pointers for a follower, instead of records (KIP-1176)
+        self.log_start = log_start                      # a follower's log start offset
+        self.preferred = -1                             # preferred_read_replica for a consumer (KIP-392)
 
 
 def handle(broker, req):
@@ -92,12 +100,19 @@ def handle(broker, req):
             for p in t.partitions:
                 wanted.append(_Wanted((tkey, p.partition), tkey, p.partition, p.fetch_offset,
                                       p.partition_max_bytes, getattr(p, "current_leader_epoch", -1), None,
-                                      getattr(p, "last_fetched_epoch", -1)))
+                                      getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1)))
 
     replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
     if replica_id >= 0:
         return _follower_fetch(broker, version, body, wanted, replica_id, by_id)
-    _resolve(broker, wanted, by_id)
+    # Kafka's FetchParams.fetchOnlyLeader: a consumer without client metadata (before v11) reads from leaders only
+    leader_only = version < 11
+    _resolve(broker, wanted, by_id, leader_only)
+    if not leader_only and broker.replica_selector is not None:
+        image, now, rack = broker.topics.image, time.monotonic(), body.rack_id or None
+        for w in wanted:
+            if not w.error:
+                w.preferred = preferred_read_replica(broker.replica_selector, image, w.part, rack, w.fetch_offset, now)
     max_wait = body.max_wait.total_seconds()
     min_bytes = body.min_bytes
     max_bytes = body.max_bytes if version >= 3 else 2**31 - 1
@@ -107,14 +122,14 @@ def handle(broker, req):
     results, total = _read_all(wanted, max_bytes)
     if any(w.remote is not None for w in wanted):
         return _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
-    if max_wait <= 0 or total >= min_bytes or any(w.error for w in wanted) or not wanted:
+    if max_wait <= 0 or total >= min_bytes or any(w.error or w.preferred >= 0 for w in wanted) or not wanted:
         return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
     return _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                             max_wait, min_bytes, max_bytes)
+                             max_wait, min_bytes, max_bytes, leader_only)
 
 
 async def _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                            max_wait, min_bytes, max_bytes):
+                            max_wait, min_bytes, max_bytes, leader_only):
     deadline = time.monotonic() + max_wait
     parts = [w.part for w in wanted if w.part is not None]
     results, total = _read_all(wanted, max_bytes)   # again: an append before this first step woke nobody
@@ -127,7 +142,7 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
         if remaining <= 0:
             break
         await broker.replicas.wait_for_data(parts, remaining)
-        _resolve(broker, wanted, by_id)  # a topic may have been deleted meanwhile
+        _resolve(broker, wanted, by_id, leader_only)  # a topic may have been deleted, or leadership moved, meanwhile
         results, total = _read_all(wanted, max_bytes)
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
 
@@ -164,7 +179,8 @@ def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool)
             if epoch < w.last_fetched_epoch or end < w.fetch_offset:
                 w.diverging = (epoch, end)
                 continue
-        part.update_follower_fetch_state(replica_id, w.fetch_offset, now)
+        part.update_follower_fetch_state(replica_id, w.fetch_offset, now,
+                                         w.sp.log_start_offset if w.sp is not None else w.log_start)
     max_wait = body.max_wait.total_seconds()
 
     def answer():
@@ -201,7 +217,9 @@ def _count_replication_bytes(broker, replica_id: int, results) -> None:
         metrics.sent_to_follower(sent, cross)
 
 
-def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
+def _resolve(broker, wanted: list[_Wanted], by_id: bool, leader_only: bool = True) -> None:
+    """Each partition's replica on this broker, or the error to answer: a follower serves only fetches that may
+    read from any replica (`leader_only` False), after the same leader-epoch check (KIP-320) as the leader."""
     cache: dict = {}
     for w in wanted:
         tkey = w.key[0]
@@ -214,7 +232,7 @@ def _resolve(broker, wanted: list[_Wanted], by_id: bool) -> None:
             w.error = ErrorCode.unknown_topic_id if by_id and name is None else \
                 broker.replicas.missing_error(name, w.index) if name is not None else ErrorCode.unknown_topic_or_partition
         else:
-            w.error = w.part.not_leader_error() or w.part.check_leader_epoch(w.leader_epoch)
+            w.error = (leader_only and w.part.not_leader_error()) or w.part.check_leader_epoch(w.leader_epoch)
 
 
 def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: float = 0.0):
@@ -226,7 +244,7 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: flo
     for w in wanted:
         views = ()
         size = 0
-        if not w.error and w.diverging is None:
+        if not w.error and w.diverging is None and w.preferred < 0:
             budget = min(w.max_bytes, max_bytes - total)
             if budget > 0 or total == 0:
                 try:
@@ -266,7 +284,8 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
         log_start = part.log_start_offset if part is not None else -1
         if incremental:
             sp = w.sp
-            changed = (size > 0 or w.error or sp.last_hw != hw or sp.last_lso != lso or sp.last_log_start != log_start)
+            changed = (size > 0 or w.error or w.preferred >= 0 or sp.last_hw != hw or sp.last_lso != lso or
+                       sp.last_log_start != log_start)
             if not changed:
                 continue
         if w.sp is not None:
@@ -281,7 +300,7 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
         if tkey not in index:
             index[tkey] = len(topics)
             topics.append((tkey, []))
-        topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, views, size, w.diverging,
+        topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, w.preferred, views, size, w.diverging,
                                        encode_wal_pointers(part.wal.store_name, w.pointers) if w.pointers else None))
     leaders = current_leaders(broker.topics.image, ((w.key[0], w.index, w.error) for w in wanted)) \
         if version >= 12 and any(w.error for w in wanted) else None
@@ -303,7 +322,7 @@ def _encode(version: int, error: int, session_id: int, topics, read_committed: b
         else:
             out.append(string(tkey, flexible))
         out.append(array_len(len(parts), flexible))
-        for index, err, hw, lso, log_start, views, size, diverging, wal in parts:
+        for index, err, hw, lso, log_start, preferred, views, size, diverging, wal in parts:
             leader = current.get((tkey, index))
             head = I32.pack(index) + I16.pack(err) + I64.pack(hw) + I64.pack(lso)
             if version >= 5:
@@ -314,7 +333,7 @@ def _encode(version: int, error: int, session_id: int, topics, read_committed: b
             else:
                 head += I32.pack(0 if read_committed else -1)
             if version >= 11:
-                head += I32.pack(-1)  # preferred_read_replica
+                head += I32.pack(preferred)  # preferred_read_replica (KIP-392)
             head += array_len(size, flexible) if flexible else I32.pack(size)
             out.append(head)
             out.extend(views)

@@ -4,12 +4,16 @@ offset whose record timestamp is at or after a given time (through the time inde
 With tiered storage (KIP-405, KIP-1005) earliest is the log start offset including the remote tier, -4 the local log
 start, -5 the highest offset in the remote tier (-1 with epoch -1 when the topic is not tiered), and a timestamp is
 looked up in the remote tier first (remote time and offset indexes), then in the local log from its local start; the
-remote lookup makes the response asynchronous (bounded by remote.list.offsets.request.timeout.ms)."""
+remote lookup makes the response asynchronous (bounded by remote.list.offsets.request.timeout.ms).
+
+A new leader whose high watermark still lags behind its epoch start answers OFFSET_NOT_AVAILABLE (v5+; older
+versions get LEADER_NOT_AVAILABLE), as Kafka does, and the client retries."""
 from __future__ import annotations
 
 import asyncio
 
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 2
 VERSIONS = (0, 9)      # min 0: librdkafka 2.0.2's feature detection, see produce.py
@@ -37,21 +41,23 @@ def handle(broker, req):
             if asyncio.iscoroutine(res):
                 pending.append((entry, part, res))
             else:
-                _fill(entry, part, res)
+                _fill(entry, v, res)
         topics.append({"name": t.name, "partitions": parts})
     if pending:
         return _finish_async(v, topics, pending)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "topics": topics})
 
 
-def _fill(entry: dict, part, res) -> None:
+def _fill(entry: dict, v: int, res) -> None:
     err, off, ts, leader_epoch = res
+    if err == ErrorCode.offset_not_available and v < 5:
+        err = ErrorCode.leader_not_available
     entry.update({"error_code": err, "timestamp": ts, "offset": off, "leader_epoch": leader_epoch,
                   "old_style_offsets": [off] if off >= 0 else []})
 
 
 async def _finish_async(v, topics, pending):
     results = await asyncio.gather(*(coro for _, _, coro in pending))
-    for (entry, part, _), res in zip(pending, results):
-        _fill(entry, part, res)
+    for (entry, _, _), res in zip(pending, results):
+        _fill(entry, v, res)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "topics": topics})

@@ -328,15 +328,18 @@ def test_cluster_with_its_metadata_log_on_s3(tmp_path, moto_server, topic_name):
 
 
 def test_not_leader_answers_name_the_current_leader(cluster, topic_name):
-    """KIP-951: Produce v10+ and Fetch v16 answered NOT_LEADER_OR_FOLLOWER by a follower carry the leader, its
-    epoch and its endpoint (decoded here with kio, the way clients read them)."""
+    """KIP-951: Produce v10+ answered NOT_LEADER_OR_FOLLOWER by a follower, and Fetch v16 by a broker that holds no
+    replica (a follower serves consumer Fetch v11+ itself, KIP-392), carry the leader, its epoch and its endpoint
+    (decoded here with kio, the way clients read them)."""
     from protocol.record_batch import build_batch
     from tests.integration.rawclient import RawClient
-    create(cluster, topic_name)
+    create(cluster, topic_name, rf=2)
     part = cluster.partition(topic_name)
     follower = next(i for i in part.replicas if i != part.leader)
+    outsider = next(i for i in cluster.brokers if i not in part.replicas)
     leader = cluster.brokers[part.leader]
-    with RawClient(cluster.brokers[follower].bootstrap) as raw:
+    with RawClient(cluster.brokers[follower].bootstrap) as raw, \
+            RawClient(cluster.brokers[outsider].bootstrap) as other:
         resp = raw.request(0, 11, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
             {"name": topic_name, "partition_data": [{"index": 0, "records": build_batch([(None, b"v")])}]}]})
         p = resp.responses[0].partition_responses[0]
@@ -347,12 +350,12 @@ def test_not_leader_answers_name_the_current_leader(cluster, topic_name):
         md = raw.request(3, 12, {"topics": [{"topic_id": None, "name": topic_name}],
                                  "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
         tid = md.topics[0].topic_id
-        resp = raw.request(1, 16, {"max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-                                   "session_id": 0, "session_epoch": -1, "topics": [{"topic_id": tid, "partitions": [
-                                       {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                                        "last_fetched_epoch": -1, "log_start_offset": -1,
-                                        "partition_max_bytes": 1 << 20}]}],
-                                   "forgotten_topics_data": [], "rack_id": ""})
+        resp = other.request(1, 16, {"max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                                     "session_id": 0, "session_epoch": -1, "topics": [{"topic_id": tid, "partitions": [
+                                         {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                          "last_fetched_epoch": -1, "log_start_offset": -1,
+                                          "partition_max_bytes": 1 << 20}]}],
+                                     "forgotten_topics_data": [], "rack_id": ""})
         p = resp.responses[0].partitions[0]
         assert p.error_code == 6 and p.current_leader.leader_id == part.leader
         assert [n.node_id for n in resp.node_endpoints] == [part.leader]

@@ -29,6 +29,7 @@ def test_properties_files_describe_the_three_brokers():
     for node, port, metrics, rack in zip((1, 2, 3), LISTENERS, METRICS, "abc"):
         p = parse_properties((ROOT / "deploy" / "cluster" / f"broker-{node}.properties").read_text())
         assert p["node.id"] == str(node) and p["broker.rack"] == rack
+        assert p["replica.selector.class"] == "org.apache.kafka.common.replica.RackAwareReplicaSelector"
         assert p["listeners"] == f"PLAINTEXT://127.0.0.1:{port}" and p["metrics.port"] == str(metrics)
         assert p["log.dirs"] == f"./data/cluster/broker-{node}/logs"
         assert p["metadata.log.storage.url"] == "file://./data/cluster/metadata"

@@ -2,6 +2,8 @@
 location comes from by default (the broker's DescribeConfigs, with an absolute URL) and how options override it."""
 from __future__ import annotations
 
+import logging
+import re
 import uuid
 
 import pytest
@@ -39,6 +41,15 @@ BOOT = {"kafka.bootstrap.servers": "127.0.0.1:1"}
     ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, False,
      "Kafka option 'auto.offset.reset' is not supported"),
     ({"subscribe": "a", "strata.store.url": "ftp://x"}, False, "expected file:///path"),
+    ({"subscribe": "a", "minOffsetsPerTrigger": "0"}, True, "'minOffsetsPerTrigger', must be a positive integer"),
+    ({"subscribe": "a", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, True,
+     "The value of minOffsetPerTrigger(10) is higher than the maxOffsetsPerTrigger(5)."),
+    ({"subscribe": "a", "maxTriggerDelay": "soon"}, True, "'maxTriggerDelay': time must be specified as seconds (s)"),
+    ({"subscribe": "a", "maxTriggerDelay": "5 weeks"}, True, "'maxTriggerDelay': time must be specified"),
+    ({"subscribe": "a", "fetchOffset.numRetries": "0"}, False, "'fetchOffset.numRetries', must be a positive"),
+    ({"subscribe": "a", "fetchOffset.retryIntervalMs": "-1"}, False,
+     "'fetchOffset.retryIntervalMs', must be a non-negative integer"),
+    ({"subscribe": "a", "groupIdPrefix": " "}, False, "Option 'groupIdPrefix' is empty"),
 ])
 def test_bad_read_options(options, streaming, message):
     with pytest.raises(StrataOptionError) as e:
@@ -62,6 +73,54 @@ def test_precedence_and_defaults():
     assert o.client.store_options == (("endpoint_url", "http://x"),)
     assert dict(o.client.kafka_conf) == {"security.protocol": "PLAINTEXT"}
     assert parse_read_options({**BOOT, "subscribe": "a"}, streaming=True).starting.kind == "latest"
+
+
+def test_trigger_and_offset_retry_options():
+    o = parse_read_options({**BOOT, "subscribe": "a"}, streaming=True)
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (None, 15 * 60_000)          # Spark's 15m
+    assert (o.client.fetch_offset_retries, o.client.fetch_offset_retry_interval_ms) == (3, 10)
+    for raw, ms in (("250", 250), ("100ms", 100), ("50s", 50_000), ("2m", 120_000), ("2min", 120_000),
+                    ("1h", 3_600_000), ("1d", 86_400_000), ("1500us", 1), (" 10S ", 10_000)):
+        assert parse_read_options({**BOOT, "subscribe": "a", "maxTriggerDelay": raw},
+                                  streaming=True).max_trigger_delay_ms == ms, raw
+    o = parse_read_options({**BOOT, "subscribe": "a", "minOffsetsPerTrigger": "5", "maxOffsetsPerTrigger": "5",
+                            "fetchOffset.numRetries": "7", "fetchOffset.retryIntervalMs": "0"}, streaming=True)
+    assert (o.min_offsets_per_trigger, o.max_offsets_per_trigger) == (5, 5)
+    assert (o.client.fetch_offset_retries, o.client.fetch_offset_retry_interval_ms) == (7, 0)
+
+
+def test_streaming_only_options_are_ignored_by_batch_reads_with_a_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="strata.spark"):
+        parse_read_options({**BOOT, "subscribe": "a", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "1m"},
+                           streaming=False)
+    assert "minOffsetsPerTrigger option ignored in batch queries" in caplog.text
+    assert "maxTriggerDelay option ignored in batch queries" in caplog.text
+
+
+def test_consumer_group_ids(caplog):
+    """KafkaSourceProvider's group ids: <prefix>-<uuid> per query (prefix spark-kafka-relation for batch,
+    spark-kafka-source for streaming, or groupIdPrefix) with -executor / -driver; kafka.group.id as given."""
+    from spark_connector.fetch_reader import consumer_conf
+    from spark_connector.options import consumer_group_id, with_group_id
+    uuid_re = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    batch = with_group_id(parse_read_options({**BOOT, "subscribe": "a"}, streaming=False), streaming=False)
+    assert re.fullmatch(f"spark-kafka-relation-{uuid_re}-executor", consumer_conf(batch)["group.id"])
+    assert consumer_group_id(batch, "driver") == batch.query_group_id + "-driver"
+    assert consumer_conf(batch)["group.id"] == consumer_conf(batch)["group.id"]     # one id for every task
+    stream = with_group_id(parse_read_options({**BOOT, "subscribe": "a"}, streaming=True), streaming=True)
+    assert re.fullmatch(f"spark-kafka-source-{uuid_re}-executor", consumer_group_id(stream, "executor"))
+    again = with_group_id(parse_read_options({**BOOT, "subscribe": "a"}, streaming=True), streaming=True)
+    assert again.query_group_id != stream.query_group_id                           # per query
+    prefixed = with_group_id(parse_read_options({**BOOT, "subscribe": "a", "groupIdPrefix": "etl"},
+                                                streaming=True), streaming=True)
+    assert re.fullmatch(f"etl-{uuid_re}-executor", consumer_group_id(prefixed, "executor"))
+    with caplog.at_level(logging.WARNING, logger="strata.spark"):
+        fixed = with_group_id(parse_read_options({**BOOT, "subscribe": "a", "kafka.group.id": "etl-group",
+                                                  "groupIdPrefix": "etl"}, streaming=True), streaming=True)
+    assert consumer_group_id(fixed, "executor") == consumer_group_id(fixed, "driver") == "etl-group"
+    assert consumer_conf(fixed)["group.id"] == "etl-group"
+    assert "Kafka option 'kafka.group.id' has been set on this query" in caplog.text
+    assert "Option groupIdPrefix will be ignored as option kafka.group.id has been set." in caplog.text
 
 
 def fails_before_any_task(spark, action) -> str:

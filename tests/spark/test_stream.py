@@ -75,9 +75,70 @@ def test_deleted_data_fails_or_is_skipped_per_fail_on_data_loss(spark, tiered_br
     [fut] = admin.delete_records([TopicPartition(topic, 0, 30)]).values()  # offsets 20..29 are gone
     assert fut.result(timeout=15).low_watermark == 30
 
-    with pytest.raises(Exception) as e:
+    with pytest.raises(Exception) as e:                                    # restarted from the checkpoint at 20
         run_available_now(spark, strict, tmp_path / "c1", tmp_path / "o1")
-    assert "Cannot fetch offset 20" in str(e.value) and "failOnDataLoss" in str(e.value)
+    assert f"Cannot fetch offset 20 of {topic}-0: the earliest available offset is 30" in str(e.value)
+    assert "failOnDataLoss" in str(e.value)
+    assert sorted(written(spark, tmp_path / "o1")) == [(0, o) for o in range(20)]    # nothing written meanwhile
 
     assert run_available_now(spark, lenient, tmp_path / "c2", tmp_path / "o2") == [10]
     assert sorted(written(spark, tmp_path / "o2")) == [(0, o) for o in list(range(20)) + list(range(30, 40))]
+
+
+def test_min_offsets_per_trigger_holds_micro_batches_back_until_enough_offsets(spark, tiered_broker):
+    """minOffsetsPerTrigger with a long maxTriggerDelay: the query's first trigger always runs a batch (Spark's
+    delayBatch); later triggers that see fewer new offsets report them as the latest but run no batch; the batch
+    that runs once enough are there reads all of them."""
+    topic = "spark-stream-min-offsets"
+    create_topic(tiered_broker.bootstrap, topic, 1)
+    produce_dataset(tiered_broker.bootstrap, topic, 10)
+    sizes, q = start_recording(spark, topic, tiered_broker, minOffsetsPerTrigger="25", maxTriggerDelay="1h")
+    try:
+        wait_until(lambda: sizes == [10], timeout=120, what="the first micro-batch")
+        produce_dataset(tiered_broker.bootstrap, topic, 10, start=10)
+        # a trigger sees offsets up to 20 (15 fewer than needed) and runs no batch
+        wait_until(lambda: any(latest_offset(p) == {topic: {"0": 20}} for p in q.recentProgress), timeout=60,
+                   what="a trigger that saw offset 20")
+        assert sizes == [10]
+        produce_dataset(tiered_broker.bootstrap, topic, 20, start=20)
+        wait_until(lambda: sum(sizes) == 40, timeout=60, what="the second micro-batch")
+        assert sizes == [10, 30]
+    finally:
+        stop_recording(spark, q)
+
+
+def test_max_trigger_delay_lets_a_small_batch_through(spark, tiered_broker):
+    topic = "spark-stream-max-delay"
+    create_topic(tiered_broker.bootstrap, topic, 1)
+    produce_dataset(tiered_broker.bootstrap, topic, 10)
+    sizes, q = start_recording(spark, topic, tiered_broker, minOffsetsPerTrigger="1000", maxTriggerDelay="2s")
+    try:
+        wait_until(lambda: sizes == [10], timeout=120, what="the first micro-batch")
+        produce_dataset(tiered_broker.bootstrap, topic, 5, start=10)
+        wait_until(lambda: sum(sizes) == 15, timeout=60, what="a batch of 5 after maxTriggerDelay")
+        assert sizes == [10, 5]
+    finally:
+        stop_recording(spark, q)
+
+
+def start_recording(spark, topic: str, broker, **options):
+    """A streaming query with a 100 ms processing-time trigger; the number of rows of each micro-batch it runs."""
+    sizes: list[int] = []
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")     # progress for every trigger
+    q = (spark.readStream.format("strata")
+         .options(**{"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic,
+                     "startingOffsets": "earliest", **options}).load()
+         .writeStream.foreachBatch(lambda df, _: sizes.append(df.count()))
+         .trigger(processingTime="100 milliseconds").start())
+    return sizes, q
+
+
+def stop_recording(spark, q) -> None:
+    q.stop()
+    spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+
+
+def latest_offset(progress) -> dict | None:
+    import json
+    latest = progress["sources"][0].get("latestOffset") if progress.get("sources") else None
+    return json.loads(latest) if isinstance(latest, str) else latest

@@ -465,3 +465,39 @@ def test_two_leader_changes_make_the_follower_truncate_twice(tmp_path):
     assert _values(follower) == _values(leader) == [b"m0", b"l1", b"l2", b"l3"]
     assert _epochs(follower) == _epochs(leader)
     assert _diverging(leader, follower) is None
+
+
+def test_new_leader_answers_offset_not_available_while_its_high_watermark_lags(tmp_path):
+    """Kafka's Partition.fetchOffsetForTimestamp: after a leader change the new leader knows only the HW its
+    predecessor last sent it; until the followers fetch from it, latest (and lookups that land at or above the HW)
+    is OFFSET_NOT_AVAILABLE, so a client retries instead of seeing the end of the log move backwards."""
+    p, _ = _replicated(tmp_path, replicas=(1, 2), isr=(1, 2))
+    _append(p, 3)
+    p.update_follower_fetch_state(2, 2, 1.0)
+    assert p.high_watermark == 2 and p.fetch_offset_for_timestamp(-1)[:2] == (0, 2)   # HW 2, LEO 3: fine
+    p.make_follower(PartitionImage((1, 2), (1, 2), 2, 2, 2))
+    p.make_leader(PartitionImage((1, 2), (1, 2), 1, 3, 3), now=2.0)            # leads again, epoch starts at 3
+    assert p.high_watermark == 2
+    assert p.fetch_offset_for_timestamp(-1)[0] == ErrorCode.offset_not_available
+    assert p.fetch_offset_for_timestamp(2**62)[0] == ErrorCode.offset_not_available  # no match: it may be above
+    assert p.fetch_offset_for_timestamp(0)[:2] == (0, 0)                        # found below the HW: fine
+    assert p.fetch_offset_for_timestamp(-2)[:2] == (0, 0)                       # earliest is not affected
+    p.update_follower_fetch_state(2, 3, 2.1)
+    assert p.high_watermark == 3 and p.fetch_offset_for_timestamp(-1)[:2] == (0, 3)
+
+
+async def test_a_follower_wakes_parked_consumer_fetches_when_its_high_watermark_moves(tmp_path):
+    leader, _ = _replicated(tmp_path, replicas=(1, 2), isr=(1, 2), name="L")
+    follower = Partition("t", 0, Log(tmp_path / "F", LogConfig()), local_broker_id=2)
+    follower.make_follower(PartitionImage((1, 2), (1, 2), 1, 1, 1))
+    _append(leader, 2)
+    _copy_to_follower(leader, follower)                                       # the leader's HW is still 0
+    parked = asyncio.get_running_loop().create_future()
+    follower.waiters.append(parked)
+    follower.update_follower_high_watermark(leader.high_watermark)
+    assert follower.high_watermark == 0 and not parked.done()
+    leader.update_follower_fetch_state(2, 2, 1.0)
+    follower.update_follower_high_watermark(leader.high_watermark)
+    assert follower.high_watermark == 2 and parked.done()
+    views, _ = follower.read(0, 1 << 20, min_one_message=True)              # consumers read up to the follower's HW
+    assert [bytes(r.value) for v in views for r in iter_all_records(v)] == [b"v0", b"v1"]
