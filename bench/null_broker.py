@@ -141,7 +141,28 @@ class NullLog:
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.high_watermark = 0          # set by the partition layer, as for a real log
+        self.remote_log_enabled = False
         self._template: _Template | None = None
+        self._largest, self._largest_count = b"", 0
+        self._epoch_starts: dict[int, int] = {}
+
+    @property
+    def local_log_start_offset(self) -> int:
+        return self.log_start_offset
+
+    def size_bytes(self) -> int:
+        return 0
+
+    # ---- leader epochs (a one-broker run only ever asks for its own) --------------------------------------------
+    def assign_epoch_start_offset(self, epoch: int, offset: int) -> None:
+        self._epoch_starts.setdefault(epoch, offset)
+
+    def epoch_start_offset(self, epoch: int) -> int:
+        return self._epoch_starts.get(epoch, self.log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        later = [o for e, o in self._epoch_starts.items() if e > epoch]
+        return (epoch, min(later)) if later else (epoch, self.log_end_offset)
 
     # ---- offsets -----------------------------------------------------------------------------------------------
     def update_high_watermark(self, offset: int) -> int:
@@ -163,9 +184,9 @@ class NullLog:
                 set_log_append_time(records, pos, h.size, now_ms)
                 log_append_time = now_ms
             offset += h.records_count
-            t = self._template
-            if t is None or h.records_count > t.count:
-                self._template = _Template(bytes(records[pos:pos + h.size]))
+            if h.records_count > self._largest_count:     # parsed into a _Template only when a fetch needs it
+                self._largest_count, self._largest = h.records_count, bytes(records[pos:pos + h.size])
+                self._template = None
             pos += h.size
         self.log_end_offset = offset
         return _append_result(base, offset - 1, log_append_time, self.log_start_offset)
@@ -179,6 +200,8 @@ class NullLog:
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise _offset_out_of_range(f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]")
         t = self._template
+        if t is None and self._largest:
+            t = self._template = _Template(self._largest)
         views: list = []
         budget = max_bytes
         while offset < end:

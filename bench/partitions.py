@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -36,7 +37,7 @@ from confluent_kafka.admin import AdminClient
 
 from benchdoc import write_results
 from confluent_kafka.admin import NewTopic
-from produce_fetch import (BrokerProc, cpu_seconds, fetch_phase, machine_busy_seconds, produce_phase,
+from produce_fetch import (BrokerProc, cpu_seconds, fetch_phase, free_port, machine_busy_seconds, produce_phase,
                            wait_for_quiet)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,21 +89,53 @@ def fill_idle(bootstrap: str, topic: str, partitions: int) -> None:
         raise TimeoutError("idle records undelivered")
 
 
+def produce_requests(b: BrokerProc) -> float:
+    """Produce requests the broker has answered, from its request-time histogram's _count."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith('kafka_network_requestmetrics_total_time_seconds_count{request="Produce"}'):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def measure_busy(b: BrokerProc, count: int, args) -> dict:
     topic = f"busy-{count}"
     create_topic(b.bootstrap, topic, count)
     wait_partitions(b.bootstrap, topic, count)
     out = {}
+    mb = args.messages * args.size / 1e6
     for phase, fn in (("produce", produce_phase), ("fetch", fetch_phase)):
+        n0 = produce_requests(b)
         c0, m0, t0 = cpu_seconds(b.pid), machine_busy_seconds(), time.perf_counter()
         r = fn(b.bootstrap, topic, args.messages, args.size, count, args.phase_timeout)
         wall = time.perf_counter() - t0
         cpu = cpu_seconds(b.pid) - c0
+        other = max(0.0, machine_busy_seconds() - m0 - cpu)
         r["broker_cpu"] = cpu / wall
-        r["cpu_ms_per_mb"] = 1000 * cpu / (args.messages * args.size / 1e6)
-        r["other_cpu"] = max(0.0, machine_busy_seconds() - m0 - cpu) / wall
+        r["cpu_ms_per_mb"] = 1000 * cpu / mb
+        r["other_cpu"] = other / wall
+        r["client_cpu_ms_per_mb"] = 1000 * other / mb     # the client, and anything else running meanwhile
+        if phase == "produce":
+            r["kb_per_request"] = mb * 1000 / max(1.0, produce_requests(b) - n0)
         out[phase] = r
+    for shape, per_request, records, requests in SHAPES:
+        per_request = min(per_request or count, count)
+        records = records or max(1, 1024 // per_request)
+        c0 = cpu_seconds(b.pid)
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "produce_load.py"), "--bootstrap", b.bootstrap,
+                               "--topic", topic, "--partitions", str(count), "--per-request", str(per_request),
+                               "--records", str(records), "--size", str(args.size), "--requests", str(requests)],
+                              capture_output=True, text=True, timeout=args.phase_timeout, check=True)
+        r = json.loads(proc.stdout)
+        r["cpu_ms_per_mb"] = 1000 * (cpu_seconds(b.pid) - c0) / (r["bytes"] / 1e6)
+        out[shape] = r
     return out
+
+
+# Broker-bound produce with the request shape held fixed (bench/produce_load.py): (name, partitions per request or
+# None for all, records per batch or None for 1 MiB over the request's partitions, requests)
+SHAPES = (("per_partition", 1, 32, 3200),      # librdkafka's: one partition per request, 32 KiB batches
+          ("all_partitions", None, None, 100))  # the Java producer's: one 1 MiB request over every partition
 
 
 def timed_start(b: BrokerProc, topics: dict[str, int]) -> tuple[float, float]:
@@ -123,7 +156,9 @@ def loaded_line(log_text: str) -> str:
 def run_one(kind: str, rnd: int, args) -> dict:
     if args.settle > 0:
         wait_for_quiet(args.settle)
-    b = BrokerProc(kind).start(timeout=120)
+    metrics_port = free_port()
+    b = BrokerProc(kind, overrides={"metrics.port": str(metrics_port)}).start(timeout=120)
+    b.metrics_port = metrics_port
     res: dict = {"broker": kind, "round": rnd, "busy": {}}
     try:
         rss0 = rss_bytes(b.pid)
@@ -168,8 +203,10 @@ def summarise(results: list[dict], counts: list[int]) -> dict:
             continue
         k = out[kind] = {"rss_per_idle": med(r["rss_per_idle"] for r in rs), "busy": {}}
         for c in counts:
-            k["busy"][c] = {f"{ph}_{key}": med(r["busy"][c][ph][key] for r in rs)
-                            for ph in ("produce", "fetch") for key in ("mb_s", "cpu_ms_per_mb", "broker_cpu")}
+            k["busy"][c] = {f"{ph}_{key}": med(r["busy"][c][ph].get(key, float("nan")) for r in rs)
+                            for ph in ("produce", "fetch", *(sh[0] for sh in SHAPES))
+                            for key in ("mb_s", "cpu_ms_per_mb", "broker_cpu", "client_cpu_ms_per_mb",
+                                        "kb_per_request")}
         for key in ("clean_start", "unclean_start"):
             vals = [r[key] for r in rs if key in r]
             if vals:
@@ -184,19 +221,41 @@ def summarise(results: list[dict], counts: list[int]) -> dict:
 def report(summary: dict, args, wall: float) -> str:
     lines = []
     base = {kind: summary[kind]["busy"][args.counts[0]] for kind in KINDS if kind in summary}
-    lines.append("| Broker | Partitions | Produce MB/s | of 1 partition | CPU ms/MB produce | Fetch MB/s | of 1 "
-                 "partition | CPU ms/MB fetch |")
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    name = {"strata": "Strata", "null": "null broker"}
+    lines.append("**confluent-kafka** (round-robin, linger.ms=5, batch.size=1 MiB): broker and client share the 2 cores.")
+    lines.append("")
+    lines.append("| Broker | Partitions | Produce MB/s | of 1 partition | KB per Produce request | CPU ms/MB produce: "
+                 "broker / client | Fetch MB/s | of 1 partition | CPU ms/MB fetch: broker / client |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for kind in KINDS:
         if kind not in summary:
             continue
         for c in args.counts:
             m = summary[kind]["busy"][c]
             b0 = base[kind]
-            lines.append(f"| {'Strata' if kind == 'strata' else 'null broker'} | {c:,} | {m['produce_mb_s']:.1f} | "
-                         f"{m['produce_mb_s'] / b0['produce_mb_s']:.2f} | {m['produce_cpu_ms_per_mb']:.2f} | "
+            lines.append(f"| {name[kind]} | {c:,} | {m['produce_mb_s']:.1f} | "
+                         f"{m['produce_mb_s'] / b0['produce_mb_s']:.2f} | {m['produce_kb_per_request']:.0f} | "
+                         f"{m['produce_cpu_ms_per_mb']:.2f} / {m['produce_client_cpu_ms_per_mb']:.2f} | "
                          f"{m['fetch_mb_s']:.1f} | {m['fetch_mb_s'] / b0['fetch_mb_s']:.2f} | "
-                         f"{m['fetch_cpu_ms_per_mb']:.2f} |")
+                         f"{m['fetch_cpu_ms_per_mb']:.2f} / {m['fetch_client_cpu_ms_per_mb']:.2f} |")
+    lines.append("")
+    lines.append("**Fixed request shape** (`bench/produce_load.py`, broker-bound: the generator uses a few % of a core): "
+                 "per-partition requests of 32 x 1 KiB, as librdkafka sends them; and 1 MiB requests spread over every "
+                 "partition (1 KiB each at 1,000), as the Java producer drains a broker's ready partitions into one.")
+    lines.append("")
+    lines.append("| Broker | Partitions | per-partition MB/s | of 1 partition | CPU ms/MB | all-partitions MB/s | of 1 "
+                 "partition | CPU ms/MB |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for kind in KINDS:
+        if kind not in summary:
+            continue
+        for c in args.counts:
+            m, b0 = summary[kind]["busy"][c], base[kind]
+            lines.append(f"| {name[kind]} | {c:,} | {m['per_partition_mb_s']:.1f} | "
+                         f"{m['per_partition_mb_s'] / b0['per_partition_mb_s']:.2f} | "
+                         f"{m['per_partition_cpu_ms_per_mb']:.2f} | {m['all_partitions_mb_s']:.1f} | "
+                         f"{m['all_partitions_mb_s'] / b0['all_partitions_mb_s']:.2f} | "
+                         f"{m['all_partitions_cpu_ms_per_mb']:.2f} |")
     lines.append("")
     if "strata" in summary and "null" in summary:
         s, z = summary["strata"]["busy"], summary["null"]["busy"]

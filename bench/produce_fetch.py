@@ -115,13 +115,13 @@ def own_cpu_seconds() -> float:
 class BrokerProc:
     """One broker subprocess with its own temporary log dir; `kind` is "strata" or "null"."""
 
-    def __init__(self, kind: str, cprofile_out: Path | None = None):
+    def __init__(self, kind: str, cprofile_out: Path | None = None, overrides: dict[str, str] | None = None):
         self.kind = kind
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=f"strata-bench-{kind}-"))
         self.log_path = self.dir / "broker.log"
         overrides = {"node.id": "1", "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-                     "log.dirs": str(self.dir / "logs"), "num.partitions": "1"}
+                     "log.dirs": str(self.dir / "logs"), "num.partitions": "1", **(overrides or {})}
         if kind == "strata":
             entry = ["-m", "broker.cli"]
         else:

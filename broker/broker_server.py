@@ -90,13 +90,9 @@ class Broker:
         self.replicas = ReplicaManager(config, self.topics, create_topic=self.create_internal_topic)
         from prometheus_client import CollectorRegistry
         self.metrics_registry = CollectorRegistry()
-        from prometheus_client import Histogram
-        self._request_time = Histogram(
-            "kafka_network_requestmetrics_total_time_seconds", "TotalTimeMs: time from a request's arrival to its "
-            "response, by API (its _count is RequestsPerSec)", ["request"], registry=self.metrics_registry,
-            buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
-        self._request_time_of: dict[int, object] = {}
-        from broker.broker_metrics import BrokerStateCollector, RequestErrors
+        from broker.broker_metrics import BrokerStateCollector, RequestErrors, RequestTimes
+        self.request_times = RequestTimes(self.request_name, max(self.handlers))
+        self.metrics_registry.register(self.request_times)
         self.request_errors = RequestErrors(self.request_name, max(self.handlers))
         self.metrics_registry.register(self.request_errors)
         self.metrics_registry.register(BrokerStateCollector(self))
@@ -134,13 +130,6 @@ class Broker:
         self._server: asyncio.AbstractServer | None = None
         self._starting: asyncio.Task | None = None
         self._peer_connections: dict[int, BrokerConnection] = {}
-
-    def request_time(self, api_key: int):
-        """The request-time histogram of one API (Kafka's RequestMetrics TotalTimeMs, labelled like request=Produce)."""
-        child = self._request_time_of.get(api_key)
-        if child is None:
-            child = self._request_time_of[api_key] = self._request_time.labels(self.request_name(api_key))
-        return child
 
     def request_name(self, api_key: int) -> str:
         """Kafka's ApiKeys name of an API (Produce, ListOffsets, ...), from its handler module's name."""

@@ -284,7 +284,7 @@ class Log:
         check idempotence, roll if needed, write, index, and track producer and leader-epoch state."""
         now = self._time_ms()
         cfg = self.config
-        total = sum(h.size for h in headers)
+        total = headers[0].size if len(headers) == 1 else sum(h.size for h in headers)
         segment_bytes = min(cfg.segment_bytes, INT32_MAX)
         if not headers or total > segment_bytes:
             return AppendResult(-1, -1, -1, self.log_start_offset, ErrorCode.record_list_too_large,
@@ -330,7 +330,7 @@ class Log:
         for info in infos.values():
             self.producer_state.commit(info, now)
         self.log_end_offset = offset
-        self._unflushed_messages += sum(h.records_count for h in headers)
+        self._unflushed_messages += offset - first
         if self._unflushed_messages >= cfg.flush_messages:
             self.flush()
         return AppendResult(first, last_offset, now if log_append_time else -1, self.log_start_offset)

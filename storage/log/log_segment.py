@@ -173,8 +173,8 @@ class LogSegment:
             return False
         return (self.size + n_bytes > min(config.segment_bytes, INT32_MAX)
                 or (self.rolling_base_ms is not None and now_ms - self.rolling_base_ms > config.segment_ms)
-                or self.offset_index.entries + n_batches > self.offset_index.max_entries
-                or self.time_index.entries + n_batches > self.time_index.max_entries - 1
+                or self.offset_index.room() < n_batches
+                or self.time_index.room() <= n_batches
                 or last_offset - self.base_offset > MAX_RELATIVE_OFFSET)
 
     def append(self, data, headers: list[BatchHeader], *, index_interval_bytes: int, segment_bytes: int,

@@ -96,6 +96,11 @@ class AbstractIndex:
         self._ensure()
         return self._max_entries
 
+    def room(self) -> int:
+        """Entries that still fit."""
+        self._ensure()
+        return self._max_entries - self._entries
+
     def is_full(self) -> bool:
         self._ensure()
         return self._entries >= self._max_entries
