@@ -6,6 +6,7 @@ clients pick the highest version, and v0-2 (magic 0/1 message sets) get UNSUPPOR
 from __future__ import annotations
 
 import logging
+import struct
 
 from broker.current_leader import current_leaders
 from protocol.record_batch import InvalidRecordError, split_and_validate
@@ -82,7 +83,7 @@ def handle(broker, req):
                     if target is not None and headers[0].compression != target:
                         records = _recompress(records, target)
                         headers = split_and_validate(records, cfg.max_message_bytes)
-                    if txn_id is not None or any(h.is_transactional for h in headers):
+                    if txn_id is not None or headers[0].is_transactional:    # exactly one batch (validated)
                         raise InvalidRecordError(ErrorCode.invalid_txn_state, "transactions are not supported yet")
                     result = part.append_records_to_leader(records, headers, acks)
                     err, msg = result.error_code, result.error_message
@@ -157,7 +158,8 @@ async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeo
 def _leaders(broker, version: int, topics):
     if version < 10:
         return None
-    return current_leaders(broker.topics.image, ((name, e[0], e[1]) for name, parts in topics for e in parts))
+    failed = [(name, e[0], e[1]) for name, parts in topics for e in parts if e[1]]
+    return current_leaders(broker.topics.image, failed) if failed else None
 
 
 _TARGET_CODEC = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # "producer": keep as sent
@@ -186,13 +188,21 @@ def _recompress(records, codec: int) -> bytearray:
         raise InvalidRecordError(ErrorCode.corrupt_message, f"cannot recompress batch: {e}") from None
 
 
+_PART_V9 = struct.Struct(">ihqqq")     # index, error, base offset, log append time, log start offset (v5+)
+_OK_TAIL_FLEX = b"\x01\x00\x00"          # no record errors, null error message, no tagged fields (v9+)
+
+
 def encode_response(version: int, flexible: bool, topics, leaders=None) -> list[bytes]:
     current, endpoints = leaders or ({}, ())
     out = [array_len(len(topics), flexible)]
+    fast = flexible and version >= 9      # what librdkafka and the Java client send: one pack per successful partition
     for name, parts in topics:
         out.append(string(name, flexible))
         out.append(array_len(len(parts), flexible))
         for index, err, base_offset, append_time, log_start, msg, record_errors in parts:
+            if fast and not err and not record_errors and (name, index) not in current:
+                out.append(_PART_V9.pack(index, 0, base_offset, append_time, log_start) + _OK_TAIL_FLEX)
+                continue
             out.append(I32.pack(index) + I16.pack(err) + I64.pack(base_offset))
             if version >= 2:
                 out.append(I64.pack(append_time))

@@ -318,11 +318,13 @@ class Log:
             info.append(h)
 
         last_offset = offset - 1
-        if self.active_segment.should_roll(cfg, total, len(headers), last_offset, now):
+        active = self.active_segment
+        if active.should_roll(cfg, total, len(headers), last_offset, now):
             self.roll()
+            active = self.active_segment
         data = records if len(records) == total else memoryview(records)[:total]
-        self.active_segment.append(data, headers, index_interval_bytes=cfg.index_interval_bytes,
-                                   segment_bytes=segment_bytes, now_ms=now)
+        active.append(data, headers, index_interval_bytes=cfg.index_interval_bytes, segment_bytes=segment_bytes,
+                      now_ms=now)
         first = headers[0].base_offset
         latest = self.leader_epoch_cache.latest_epoch()
         if leader_epoch >= 0 and (latest is None or leader_epoch > latest):
