@@ -154,7 +154,7 @@ class Log:
         # replication-offset checkpoint; until a partition advances it, it starts at the log start.
         self.high_watermark = start
         self.leader_epoch_cache.truncate_from_start(start)
-        self._load_producer_state(now)
+        self._load_producer_state(now, names)
         # Loading read the active segment through a mapping (and Python's mmap holds a dup of the descriptor): drop
         # it, so an idle partition costs one open file, not two; the first read maps it again. With 10,000+
         # partitions the two descriptors each ran past a 20,000 open-file limit.
@@ -168,9 +168,9 @@ class Log:
         if epoch >= 0 and (last is None or epoch > last.epoch or (epoch == last.epoch and h.base_offset < last.start_offset)):
             self.leader_epoch_cache.assign(epoch, h.base_offset)
 
-    def _load_producer_state(self, now: int) -> None:
+    def _load_producer_state(self, now: int, names: list[str] | None = None) -> None:
         """Latest snapshot at or below the log end, then replay the batch headers after it."""
-        snap = self.producer_state.load_latest(self.log_end_offset, now)
+        snap = self.producer_state.load_latest(self.log_end_offset, now, names)
         start = self._segments[0].base_offset if snap is None else snap
         if start >= self.log_end_offset:
             return

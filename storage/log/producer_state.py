@@ -190,11 +190,13 @@ class ProducerStateManager:
         return len(dead)
 
     # ---- snapshots ---------------------------------------------------------------------------------------
-    def snapshot_offsets(self) -> list[int]:
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
+    def snapshot_offsets(self, names: list[str] | None = None) -> list[int]:
+        """Offsets of the snapshots in the directory (or in `names`, a listing the caller already has)."""
+        if names is None:
+            try:
+                names = os.listdir(self.dir)
+            except FileNotFoundError:
+                return []
         n = len(SNAPSHOT_SUFFIX)
         return sorted(int(name[:-n]) for name in names
                       if len(name) == 20 + n and name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit())
@@ -253,11 +255,15 @@ class ProducerStateManager:
                 entry.producer_epoch = epoch
         self.producers = producers
 
-    def load_latest(self, max_offset: int, now_ms: int) -> int | None:
+    def load_latest(self, max_offset: int, now_ms: int, names: list[str] | None = None) -> int | None:
         """Load the newest valid snapshot at or below `max_offset` (deleting newer or corrupt ones);
-        returns its offset, or None (state cleared) if there is none."""
-        self.delete_snapshots_after(max_offset)
-        for off in reversed(self.snapshot_offsets()):
+        returns its offset, or None (state cleared) if there is none. `names`: the directory's listing, when the
+        caller has it (a snapshot gone since reads as corrupt and is skipped)."""
+        offsets = self.snapshot_offsets(names)
+        for off in offsets:
+            if off > max_offset:
+                self.delete_snapshot(off)
+        for off in reversed([o for o in offsets if o <= max_offset]):
             try:
                 self.load_snapshot(off, now_ms)
                 return off
