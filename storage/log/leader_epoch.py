@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from storage.log.files import write_atomically
+from storage.log.files import read_small, write_atomically
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -38,7 +38,7 @@ class LeaderEpochFileCache:
 
     def _read(self) -> list[EpochEntry]:
         try:
-            lines = self.path.read_text().split("\n")
+            lines = read_small(self.path).decode().split("\n")
         except FileNotFoundError:
             return []
         try:

@@ -23,7 +23,7 @@ from typing import Callable
 from protocol.errors import ErrorCode
 from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, set_log_append_time
 from storage.cleaner.cleaned_segment import complete_interrupted_swaps
-from storage.log.files import fsync_dir, write_atomically
+from storage.log.files import fsync_dir, read_small, write_atomically
 from storage.log.leader_epoch import LeaderEpochFileCache
 from storage.log.log_config import LogConfig
 from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
@@ -75,7 +75,12 @@ class Log:
         self.highest_offset_in_remote_storage = -1
         self._time_ms = time_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(self.dir)                     # one system call when it exists (Path.mkdir adds a stat)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            self.dir.mkdir(parents=True, exist_ok=True)
         try:
             self.leader_epoch_cache = LeaderEpochFileCache(self.dir)
         except ValueError:
@@ -110,7 +115,7 @@ class Log:
             stem, dot, suffix = n.partition(".")
             if suffix in ("index", "timeindex", "txnindex") and stem.isdigit() and int(stem) not in present:
                 os.unlink(os.path.join(self.dir, n))
-        ckpt_start = self._read_log_start_offset()
+        ckpt_start = self._read_log_start_offset() if LOG_START_OFFSET_FILE in names else 0
         interval = self.config.index_interval_bytes
         isize = min(self.config.segment_index_bytes, INT32_MAX)
         segs = [LogSegment(self.dir, b, max_index_size=isize, active=(i == len(bases) - 1),
@@ -184,7 +189,7 @@ class Log:
 
     def _read_log_start_offset(self) -> int:
         try:
-            return max(0, int((self.dir / LOG_START_OFFSET_FILE).read_text().strip()))
+            return max(0, int(read_small(self.dir / LOG_START_OFFSET_FILE).decode().strip()))
         except (FileNotFoundError, ValueError):
             return 0
 

@@ -269,8 +269,12 @@ class LogSegment:
             yield from iter_batches(view, start_pos, self.size)
 
     def first_batch_max_timestamp(self) -> int:
+        if self.size < HEADER_SIZE:
+            return NO_TIMESTAMP
+        if self._fd is not None and self._view is None:      # the active segment, not mapped: one pread
+            return _I64.unpack(os.pread(self._fd, 8, _MAX_TIMESTAMP_AT))[0]
         view = self._map()
-        if view is None or self.size < HEADER_SIZE:
+        if view is None:
             return NO_TIMESTAMP
         return _I64.unpack_from(view, _MAX_TIMESTAMP_AT)[0]
 
@@ -300,10 +304,13 @@ class LogSegment:
         if pos > self.size:
             return False
         nxt = self.base_offset
-        view = self._map()
         self.max_timestamp_so_far
-        while view is not None and self.size - pos >= HEADER_SIZE:
-            h = read_header(view, pos)
+        # The tail after the last index entry (at most index.interval.bytes and a batch), read with one pread: a
+        # mapping costs four system calls, and a broker opens thousands of logs at start-up.
+        tail = os.pread(self._fd, self.size - pos, pos) if self.size > pos else b""
+        start = pos
+        while self.size - pos >= HEADER_SIZE:
+            h = read_header(tail, pos - start)
             if h.magic != 2 or h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + h.size > self.size:
                 return False
             if h.max_timestamp > self._max_ts:

@@ -47,7 +47,7 @@ class AbstractIndex:
         size = self.ENTRY.size
         if self._writable:
             try:
-                data = self.path.read_bytes()
+                data = files.read_small(self.path)
             except FileNotFoundError:
                 data = b""
             self._entries = len(data) // size

@@ -22,7 +22,7 @@ from pathlib import Path
 import crc32c
 
 from protocol.record_batch import BatchHeader
-from storage.log.files import write_atomically
+from storage.log.files import read_small, write_atomically
 from protocol.errors import ErrorCode
 
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -229,7 +229,7 @@ class ProducerStateManager:
 
     def load_snapshot(self, offset: int, now_ms: int) -> None:
         """Replace the state with the snapshot at `offset`; CorruptSnapshotError if it does not verify."""
-        data = (self.dir / snapshot_name(offset)).read_bytes()
+        data = read_small(self.dir / snapshot_name(offset))
         if len(data) < _HEAD.size + _COUNT.size:
             raise CorruptSnapshotError(f"snapshot {offset} is truncated")
         version, crc = _HEAD.unpack_from(data, 0)
