@@ -219,26 +219,29 @@ def summarise(results: list[dict], counts: list[int]) -> dict:
     return out
 
 
+def rows(summary: dict, counts: list[int], cells) -> list[str]:
+    """A table row per broker and partition count; `cells(medians, medians at the first count)` fills the rest."""
+    out = []
+    for kind in KINDS:
+        if kind in summary:
+            busy = summary[kind]["busy"]
+            out += [f"| {'Strata' if kind == 'strata' else 'null broker'} | {c:,} | {cells(busy[c], busy[counts[0]])} |"
+                    for c in counts]
+    return out
+
+
 def report(summary: dict, args, wall: float) -> str:
     lines = []
-    base = {kind: summary[kind]["busy"][args.counts[0]] for kind in KINDS if kind in summary}
-    name = {"strata": "Strata", "null": "null broker"}
     lines.append("**confluent-kafka** (round-robin, linger.ms=5, batch.size=1 MiB): broker and client share the 2 cores.")
     lines.append("")
     lines.append("| Broker | Partitions | Produce MB/s | of 1 partition | KB per Produce request | CPU ms/MB produce: "
                  "broker / client | Fetch MB/s | of 1 partition | CPU ms/MB fetch: broker / client |")
     lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for kind in KINDS:
-        if kind not in summary:
-            continue
-        for c in args.counts:
-            m = summary[kind]["busy"][c]
-            b0 = base[kind]
-            lines.append(f"| {name[kind]} | {c:,} | {m['produce_mb_s']:.1f} | "
-                         f"{m['produce_mb_s'] / b0['produce_mb_s']:.2f} | {m['produce_kb_per_request']:.0f} | "
-                         f"{m['produce_cpu_ms_per_mb']:.2f} / {m['produce_client_cpu_ms_per_mb']:.2f} | "
-                         f"{m['fetch_mb_s']:.1f} | {m['fetch_mb_s'] / b0['fetch_mb_s']:.2f} | "
-                         f"{m['fetch_cpu_ms_per_mb']:.2f} / {m['fetch_client_cpu_ms_per_mb']:.2f} |")
+    lines += rows(summary, args.counts, lambda m, b0: (
+        f"{m['produce_mb_s']:.1f} | {m['produce_mb_s'] / b0['produce_mb_s']:.2f} | {m['produce_kb_per_request']:.0f} | "
+        f"{m['produce_cpu_ms_per_mb']:.2f} / {m['produce_client_cpu_ms_per_mb']:.2f} | {m['fetch_mb_s']:.1f} | "
+        f"{m['fetch_mb_s'] / b0['fetch_mb_s']:.2f} | {m['fetch_cpu_ms_per_mb']:.2f} / "
+        f"{m['fetch_client_cpu_ms_per_mb']:.2f}"))
     lines.append("")
     lines.append("**Fixed request shapes** (`bench/produce_load.py`, broker-bound: the generator uses a few % of a "
                  "core), MB/s (of 1 partition) and broker CPU ms/MB: *librdkafka*, one partition per request, 32 x 1 KiB "
@@ -249,14 +252,9 @@ def report(summary: dict, args, wall: float) -> str:
     lines.append("| Broker | Partitions | librdkafka | CPU ms/MB | Java defaults | CPU ms/MB | 1 MiB over all | "
                  "CPU ms/MB |")
     lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for kind in KINDS:
-        if kind not in summary:
-            continue
-        for c in args.counts:
-            m, b0 = summary[kind]["busy"][c], base[kind]
-            cells = [f"{m[sh + '_mb_s']:.1f} ({m[sh + '_mb_s'] / b0[sh + '_mb_s']:.2f}) | "
-                     f"{m[sh + '_cpu_ms_per_mb']:.2f}" for sh, *_ in SHAPES]
-            lines.append(f"| {name[kind]} | {c:,} | {' | '.join(cells)} |")
+    lines += rows(summary, args.counts, lambda m, b0: " | ".join(
+        f"{m[sh + '_mb_s']:.1f} ({m[sh + '_mb_s'] / b0[sh + '_mb_s']:.2f}) | {m[sh + '_cpu_ms_per_mb']:.2f}"
+        for sh, *_ in SHAPES))
     lines.append("")
     if "strata" in summary and "null" in summary:
         s, z = summary["strata"]["busy"], summary["null"]["busy"]
