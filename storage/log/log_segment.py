@@ -76,6 +76,7 @@ class LogSegment:
         self._bytes_since_index = 0
         self._indexes_checked = active
         self.rolling_base_ms: int | None = None  # clock time of the first append (segment.ms)
+        self._read_hint: tuple[int, int] | None = None   # (offset, position) where the last read ended
 
     @classmethod
     def create(cls, dir: Path, base_offset: int, max_index_size: int, index_interval_bytes: int = 4096) -> "LogSegment":
@@ -235,8 +236,14 @@ class LogSegment:
         view = self._map()
         if view is None:
             return None
-        pos = self.offset_index.lookup(offset)[1]
         size = self.size
+        hint = self._read_hint
+        if hint is not None and hint[0] == offset and hint[1] + HEADER_SIZE <= size:
+            # A consumer's next fetch starts where its last read ended: no index search.
+            h = read_header(view, hint[1])
+            if h.base_offset == offset:
+                return hint[1], h
+        pos = self.offset_index.lookup(offset)[1]
         while pos + HEADER_SIZE <= size:
             base, length = _OFF_LEN.unpack_from(view, pos)
             if base + _I32.unpack_from(view, pos + _LAST_OFFSET_DELTA_AT)[0] >= offset:
@@ -249,6 +256,9 @@ class LogSegment:
         `max_offset`; with min_one the first batch is taken whatever its size."""
         view = self._map()
         size = self.size
+        if size - start <= budget and self.next_offset <= max_offset:
+            self._read_hint = (self.next_offset, size)       # all of it: where the next read will start
+            return size
         pos = start
         if budget > 0:
             # Jump over whole batches with the index (entries sit on batch starts), then scan the rest.
@@ -327,6 +337,7 @@ class LogSegment:
         the first bad batch and (if `truncate`) cut the file there. Returns the number of bytes dropped."""
         if index_interval_bytes is None:
             index_interval_bytes = self.index_interval_bytes
+        self._read_hint = None
         self.offset_index.reset()
         self.time_index.reset()
         self._max_ts, self._offset_of_max_ts, self._bytes_since_index = NO_TIMESTAMP, self.base_offset, 0
@@ -368,6 +379,7 @@ class LogSegment:
         a batch boundary, as Kafka's LogSegment.truncateTo) and rebuild the indexes. The segment must be active.
         Returns the bytes dropped."""
         assert self.active, "only the active segment is truncated"
+        self._read_hint = None
         found = self.translate_offset(offset)
         if found is None:
             return 0

@@ -85,6 +85,24 @@ def test_read_starting_mid_batch_returns_containing_batch(tmp_path):
     assert offsets(log.read(4, 1 << 20)) == list(range(0, 10))
 
 
+def test_sequential_reads_follow_appends_and_truncation(tmp_path):
+    """A consumer's next fetch starts where its last read ended (the segment remembers that place): reads after
+    appends, after a truncation that moved the batch boundaries, and from the middle of a batch stay exact."""
+    log = Log(tmp_path / "t-0", LogConfig())
+    append(log, batch(3))
+    append(log, batch(4))
+    assert offsets(log.read(0, 1 << 20)) == list(range(0, 7))
+    assert log.read(7, 1 << 20) == []
+    append(log, batch(2))
+    assert offsets(log.read(7, 1 << 20)) == [7, 8]
+    log.truncate_to(3)                                  # drops 3..8; 3 is appended again in other batch sizes
+    append(log, batch(1, value=b"x" * 50))
+    append(log, batch(6, value=b"y"))
+    assert offsets(log.read(3, 1 << 20)) == list(range(3, 10))
+    assert offsets(log.read(7, 1 << 20)) == list(range(4, 10))     # 7 is inside the batch 4..9 now
+    assert [r.value for r in records(log.read(3, 1 << 20))][:2] == [b"x" * 50, b"y"]
+
+
 def test_max_bytes_min_one_message_and_max_offset(tmp_path):
     log = Log(tmp_path / "t-0", LogConfig())
     sizes = []
