@@ -213,9 +213,9 @@ class Cluster:
             time.sleep(_RETRY_BACKOFF_S)
 
     # ---- object store ----
-    def store_location(self) -> tuple[str | None, dict]:
-        """The remote store URL and non-secret store options the brokers run with (DescribeConfigs, BROKER), from
-        the controller or else any broker that answers (one may have just died)."""
+    def broker_configs(self) -> dict:
+        """The broker configs (DescribeConfigs, BROKER) from the controller, or else any broker that answers (one
+        may have just died). A planning asks once and hands the result to store_location and wal_store_locations."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import ConfigResource, ResourceType
         md = self.metadata(refresh=True)
@@ -231,6 +231,13 @@ class Cluster:
                 if broker_id == ids[-1] or not _retriable(e):
                     raise
                 log.info("DescribeConfigs of broker %d: %s (asking the next broker)", broker_id, e)
+        return configs
+
+    def store_location(self, configs: dict | None = None) -> tuple[str | None, dict]:
+        """The remote store URL and non-secret store options the brokers run with (from `configs`, the
+        broker_configs() a caller already has, else asked now)."""
+        if configs is None:
+            configs = self.broker_configs()
         url, options = None, {}
         for name, entry in configs.items():
             if not name.startswith(STORE_PREFIX) or entry.value is None or entry.is_sensitive:
@@ -242,14 +249,12 @@ class Cluster:
                 options[short.replace(".", "_")] = entry.value
         return url, options
 
-    def wal_store_locations(self) -> dict[str, tuple]:
+    def wal_store_locations(self, configs: dict | None = None) -> dict[str, tuple]:
         """The fast stores (KIP-1176) the brokers upload to, by the name pointers carry ("" the default, else a
-        rack's): (url, non-secret options) from DescribeConfigs; credentials come from the environment."""
-        from confluent_kafka.admin import ConfigResource, ResourceType
-        md = self.metadata()
-        broker_id = md.controller_id if md.controller_id in md.brokers else next(iter(md.brokers))
-        res = ConfigResource(ResourceType.BROKER, str(broker_id))
-        configs = self.admin.describe_configs([res], request_timeout=self.timeout)[res].result(timeout=self.timeout)
+        rack's): (url, non-secret options) from the broker configs (`configs`, else asked now); credentials come
+        from the environment."""
+        if configs is None:
+            configs = self.broker_configs()
         pre = "remote.wal.storage."
         urls, options = {}, {}
         for name, entry in configs.items():

@@ -8,6 +8,7 @@ meanwhile is deletion (retention), which the executor reports as data loss (fail
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -216,12 +217,13 @@ def resolve(spec: OffsetSpec, option: str, tps: list[TP], earliest: dict, latest
     return out
 
 
-def store_location(opts: ReadOptions, cluster) -> tuple | None:
+def store_location(opts: ReadOptions, cluster, broker_configs=None) -> tuple | None:
     """(url, options) of the object store for direct reads: strata.store.url and strata.store.* if given, else what
-    the broker reports (DescribeConfigs), completed by strata.store.* options. None if there is none."""
+    the broker reports (DescribeConfigs; `broker_configs()` gives them if the caller has them), completed by
+    strata.store.* options. None if there is none."""
     if opts.client.store_url:
         return opts.client.store_url, opts.client.store_options
-    url, options = cluster.store_location()
+    url, options = cluster.store_location(broker_configs() if broker_configs else None)
     if not url:
         return None
     options.update(dict(opts.client.store_options))
@@ -232,7 +234,8 @@ def make_ranges(opts: ReadOptions, cluster, ranges: list, ts_lo: int | None = No
     """OffsetRanges for (topic, partition, start, end) tuples, with remote pieces where the store has them."""
     from storage.tiered.remote_log_metadata import TopicIdPartition
     ranges = [r for r in ranges if r[3] > r[2]]
-    store = store_location(opts, cluster) if opts.direct_read and ranges else None
+    broker_configs = functools.cache(cluster.broker_configs)    # DescribeConfigs once, for both stores, if needed
+    store = store_location(opts, cluster, broker_configs) if opts.direct_read and ranges else None
     segments: dict = {}
     if store is not None:
         ids = cluster.topic_ids({t for t, _, _, _ in ranges})
@@ -246,7 +249,7 @@ def make_ranges(opts: ReadOptions, cluster, ranges: list, ts_lo: int | None = No
                 if x.key_prefix is None:
                     starts[(t, p)] = min(starts.get((t, p), x.start), x.start)
         wal = cluster.wal_pointers(starts) if starts else {}
-        wal_stores = cluster.wal_store_locations() if wal else {}
+        wal_stores = cluster.wal_store_locations(broker_configs()) if wal else {}
     out = []
     for (t, p, s, e), ps in pieces.items():
         name, pointers = wal.get((t, p), ("", ()))
