@@ -134,17 +134,23 @@ def time_string_ms(name: str, raw) -> int:
     return v
 
 
-def _non_negative(opts: Mapping[str, str], name: str, default: int) -> int:
+def _integer(opts: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
+    """An integer option of at least `minimum` (0: non-negative, 1: positive), `default` when absent."""
     raw = opts.get(name.lower())
     if raw is None:
         return default
     try:
         v = int(str(raw).strip())
     except ValueError:
-        v = -1
-    if v < 0:
-        raise StrataOptionError(f"Invalid value '{raw}' for option '{name}', must be a non-negative integer")
+        v = minimum - 1
+    if v < minimum:
+        kind = "non-negative" if minimum == 0 else "positive"
+        raise StrataOptionError(f"Invalid value '{raw}' for option '{name}', must be a {kind} integer")
     return v
+
+
+def _non_negative(opts: Mapping[str, str], name: str, default: int) -> int:
+    return _integer(opts, name, default, 0)
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
@@ -158,16 +164,7 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _positive(opts: Mapping[str, str], name: str, default: int | None) -> int | None:
-    raw = opts.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        v = int(str(raw).strip())
-    except ValueError:
-        v = 0
-    if v <= 0:
-        raise StrataOptionError(f"Invalid value '{raw}' for option '{name}', must be a positive integer")
-    return v
+    return _integer(opts, name, default, 1)
 
 
 def _client(opts: Mapping[str, str], forbidden: dict[str, str]) -> ClientOptions:
