@@ -221,11 +221,16 @@ class ProducerStateManager:
     def delete_snapshot(self, offset: int) -> None:
         (self.dir / snapshot_name(offset)).unlink(missing_ok=True)
 
-    def delete_snapshots_after(self, offset: int) -> None:
-        """Snapshots beyond the log end are from data that no longer exists (truncation)."""
-        for off in self.snapshot_offsets():
+    def delete_snapshots_after(self, offset: int, names: list[str] | None = None) -> list[int]:
+        """Snapshots beyond the log end are from data that no longer exists (truncation). Returns the offsets of
+        those left; `names`: the directory's listing, when the caller has it."""
+        kept = []
+        for off in self.snapshot_offsets(names):
             if off > offset:
                 self.delete_snapshot(off)
+            else:
+                kept.append(off)
+        return kept
 
     def load_snapshot(self, offset: int, now_ms: int) -> None:
         """Replace the state with the snapshot at `offset`; CorruptSnapshotError if it does not verify."""
@@ -259,11 +264,7 @@ class ProducerStateManager:
         """Load the newest valid snapshot at or below `max_offset` (deleting newer or corrupt ones);
         returns its offset, or None (state cleared) if there is none. `names`: the directory's listing, when the
         caller has it (a snapshot gone since reads as corrupt and is skipped)."""
-        offsets = self.snapshot_offsets(names)
-        for off in offsets:
-            if off > max_offset:
-                self.delete_snapshot(off)
-        for off in reversed([o for o in offsets if o <= max_offset]):
+        for off in reversed(self.delete_snapshots_after(max_offset, names)):
             try:
                 self.load_snapshot(off, now_ms)
                 return off
