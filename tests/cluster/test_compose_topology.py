@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from moto_server import moto_server  # noqa: F401  (fixture)
 from tests.conftest import free_port
+from tests.integration.rawclient import RawClient
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -60,6 +61,12 @@ def dashboard_metrics() -> set[str]:
     return {m for e in exprs for m in re.findall(r"\b((?:kafka|strata)_[a-z0-9_]+)", e)}
 
 
+
+def brokers_known(bootstrap: str) -> int:
+    """How many brokers this one broker's Metadata answer lists."""
+    with RawClient(bootstrap) as raw:
+        return len(raw.metadata(None).brokers)
+
 @pytest.mark.s3
 def test_the_compose_topology_runs_as_processes(tmp_path, moto_server, topic_name):
     services = compose_services()
@@ -91,9 +98,11 @@ def test_the_compose_topology_runs_as_processes(tmp_path, moto_server, topic_nam
         deadline = time.monotonic() + 90
         while True:
             try:
-                md = admin.list_topics(timeout=5)
-                if len(md.brokers) == 3 and md.controller_id > 0:
-                    break
+                # every broker has applied the three registrations (kcat below may ask any of them)
+                if all(brokers_known(f"127.0.0.1:{ports[p]}") == 3 for p in (9092, 9093, 9094)):
+                    md = admin.list_topics(timeout=5)
+                    if len(md.brokers) == 3 and md.controller_id > 0:
+                        break
             except Exception:
                 pass
             assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
