@@ -42,6 +42,11 @@ def cluster(tmp_path_factory):
         c.expected = produce_dataset(c.bootstrap, TOPIC, N, codec="lz4", partitions=3)
         wait_until(lambda: all(latest_tiered(c, TOPIC, p) >= 100 for p in range(3)), timeout=90, interval=0.2,
                    what="offsets below 100 of every partition in the remote tier")
+        # A leader applies its COPY_SEGMENT_FINISHED at once but publishes it to `__remote_log_metadata` (led by
+        # another broker) asynchronously; the planner reads that topic up to its high watermark, as Kafka's RLMM.
+        wait_until(lambda: all(r.pieces[0].key_prefix is not None and r.pieces[0].end >= 100
+                               for r in plan(options(c))[0]), timeout=60, interval=0.5,
+                   what="the tiered segments of every partition committed in __remote_log_metadata")
         yield c
     finally:
         stop_and_check(c)
