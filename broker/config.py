@@ -40,6 +40,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "remote.list.offsets.request.timeout.ms": "30000",
     "remote.log.metadata.topic.num.partitions": "50",
     "remote.log.metadata.topic.retention.ms": "-1",
+    "remote.log.metadata.consume.wait.ms": "120000",
     "remote.log.index.file.cache.total.size.bytes": "1073741824",
     # Strata's remote reader (Kafka leaves chunking to the RSM plugin; these mirror Aiven's fetch.chunk.* settings)
     "remote.log.reader.chunk.size.bytes": "4194304",

@@ -139,6 +139,7 @@ class RemoteLogManager(RemoteLogReader):
             num_partitions=config.get_int("remote.log.metadata.topic.num.partitions"),
             retention_ms=config.get_int("remote.log.metadata.topic.retention.ms"))
         self.task_interval = config.get_int("remote.log.manager.task.interval.ms") / 1000
+        self.metadata_wait = config.get_int("remote.log.metadata.consume.wait.ms") / 1000
         self.fetch_max_wait = config.get_int("remote.fetch.max.wait.ms") / 1000
         self.list_offsets_timeout = config.get_int("remote.list.offsets.request.timeout.ms") / 1000
         self.chunk_size = max(4096, config.get_int("remote.log.reader.chunk.size.bytes"))
@@ -500,6 +501,7 @@ class RemoteLogManager(RemoteLogReader):
             t.copying = None
             self._copying.discard(md.segment_id)
         self.rlmm.update_state(md, S.COPY_SEGMENT_FINISHED)
+        await self.rlmm.committed(t.tip, self.metadata_wait)    # only then may local retention count it
         lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, end)
         self.metrics.copy_bytes.labels(topic).inc(md.segment_size_in_bytes)
         log.debug("%s: copied segment %d-%d (%d bytes)", t.tip, md.start_offset, end, md.segment_size_in_bytes)

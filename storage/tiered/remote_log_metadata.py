@@ -26,6 +26,7 @@ A uuid is 16 bytes (most significant half first); compact lengths are unsigned v
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import bisect
 import logging
@@ -423,9 +424,11 @@ class InternalTopic(Protocol):
 
     def append(self, name: str, partition: int, batch: bytes) -> int: ...
 
-    def publish(self, name: str, partition: int, batch: bytes) -> None: ...
+    def publish(self, name: str, partition: int, batch: bytes) -> "asyncio.Future[int] | None":
+        """None when committed already, else a future completing with 0 when committed or an error code."""
 
-    def read(self, name: str, partition: int, chunk_bytes: int = ..., start: int = ...) -> Iterator[list]: ...
+    def read(self, name: str, partition: int, chunk_bytes: int = ..., start: int = ...,
+             committed_only: bool = ...) -> Iterator[list]: ...
 
 
 class TopicBasedRemoteLogMetadataManager:
@@ -446,6 +449,7 @@ class TopicBasedRemoteLogMetadataManager:
         self._next: dict[int, int] = {}           # metadata partition -> next offset to read (catch_up)
         self.partition_deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
         self.events_loaded = 0
+        self._uncommitted: dict[TopicIdPartition, "asyncio.Future[int]"] = {}   # newest write not yet committed
 
     # ---- lifecycle ----
     def topic_configs(self) -> dict[str, str]:
@@ -469,10 +473,10 @@ class TopicBasedRemoteLogMetadataManager:
                  len(self.caches), time.monotonic() - t0)
 
     def _replay(self, p: int, only: TopicIdPartition | None = None, start: int = 0,
-                skip_own: bool = False) -> tuple[int, int]:
+                skip_own: bool = False, committed_only: bool = False) -> tuple[int, int]:
         n = bad = 0
         nxt = start
-        for chunk in self.internal.read(REMOTE_LOG_METADATA_TOPIC, p, start=start):
+        for chunk in self.internal.read(REMOTE_LOG_METADATA_TOPIC, p, start=start, committed_only=committed_only):
             for r in chunk:
                 nxt = r.offset + 1
                 if r.value is None:
@@ -493,11 +497,12 @@ class TopicBasedRemoteLogMetadataManager:
         return n, bad
 
     def catch_up(self) -> int:
-        """Apply the events other brokers wrote since the last read of this broker's replicas of the metadata
-        partitions (Kafka's RLMM consumes the topic continuously); returns how many."""
+        """Apply the committed events other brokers wrote since the last read of this broker's replicas of the
+        metadata partitions (Kafka's RLMM consumes the topic continuously, below the high watermark): a follower
+        drops local segments on what it applies, so never on an event a new leader may truncate. Returns how many."""
         n = 0
         for p in range(self.num_partitions):
-            done, _ = self._replay(p, start=self._next.get(p, 0), skip_own=True)
+            done, _ = self._replay(p, start=self._next.get(p, 0), skip_own=True, committed_only=True)
             n += done
         return n
 
@@ -513,8 +518,31 @@ class TopicBasedRemoteLogMetadataManager:
     def _publish(self, tip: TopicIdPartition, event) -> None:
         from protocol.record_batch import build_batch
         p = metadata_partition(tip, self.num_partitions)
-        self.internal.publish(REMOTE_LOG_METADATA_TOPIC, p,
-                              build_batch([(None, serialize(event))], timestamp_ms=self._time_ms()))
+        pending = self.internal.publish(REMOTE_LOG_METADATA_TOPIC, p,
+                                        build_batch([(None, serialize(event))], timestamp_ms=self._time_ms()))
+        if pending is not None:
+            self._uncommitted[tip] = pending      # the newest: one partition's events commit in order
+        else:
+            self._uncommitted.pop(tip, None)
+
+    async def committed(self, tip: TopicIdPartition, timeout_s: float) -> None:
+        """Wait until every event written for `tip` is committed in `__remote_log_metadata`, as Kafka's RLMM waits
+        (up to remote.log.metadata.consume.wait.ms) for its consumer to read back what it produced with acks=all.
+        The copy of a segment counts only then: an uncommitted event dies with a leader of its metadata partition,
+        and the local segment must outlive it. Raises RemoteStorageException when it is not committed in time."""
+        pending = self._uncommitted.get(tip)
+        if pending is None:
+            return
+        try:
+            err = await asyncio.wait_for(asyncio.shield(pending), timeout_s)
+        except asyncio.TimeoutError:
+            raise RemoteStorageException(f"remote log metadata of {tip} not committed in {timeout_s:.0f}s") from None
+        if self._uncommitted.get(tip) is pending:
+            del self._uncommitted[tip]
+        if err:
+            raise RemoteStorageException(f"remote log metadata of {tip} was not committed (error {err}): the "
+                                         f"broker stopped leading {REMOTE_LOG_METADATA_TOPIC}-"
+                                         f"{metadata_partition(tip, self.num_partitions)} first")
 
     def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
         if md.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:

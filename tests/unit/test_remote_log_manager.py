@@ -17,7 +17,8 @@ from storage.log.log_config import LogConfig
 from storage.objectstore.object_store import ObjectStoreError, list_all
 from storage.tiered.remote_log_manager import RemoteLogManager
 from storage.tiered.remote_log_metadata import (
-    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState as S, RemoteStorageException,
+    REMOTE_LOG_METADATA_TOPIC, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState as S,
+    RemoteStorageException, metadata_partition,
 )
 
 VALUE = 500
@@ -66,6 +67,39 @@ TIERED = {"remote_storage_enable": "true", "segment_bytes": SEG, "local_retentio
 
 def offsets(views) -> list[int]:
     return [r.offset for v in views for r in iter_all_records(v)]
+
+
+async def test_a_copy_counts_only_once_its_metadata_is_committed(tmp_path):
+    """Kafka's RLMTask moves the highest tiered offset only after the RLMM has read its COPY_SEGMENT_FINISHED back
+    (committed): while `__remote_log_metadata`'s follower lags, local retention keeps the segment, and past
+    remote.log.metadata.consume.wait.ms the copy fails; once the follower catches up the copy completes."""
+    b = Broker(tmp_path, **{"remote.log.metadata.consume.wait.ms": "300"})
+    try:
+        part = b.create("t", **TIERED)
+        lg = part.log
+        b.produce(part, 10)                          # [0-2] [3-5] [6-8] active [9]
+        tip = b.rlm.tip_of("t", 0)
+        md_part = b.replicas.get(REMOTE_LOG_METADATA_TOPIC, metadata_partition(tip, 2))
+        md_part.isr = (1, 2)                         # its follower fetches nothing: the HW stays
+        with pytest.raises(RemoteStorageException, match="not committed"):
+            await b.rlm.run_once("t", 0)
+        assert [s.state for s in b.rlm.rlmm.list_remote_log_segments(tip)] == [S.COPY_SEGMENT_FINISHED]
+        assert lg.highest_offset_in_remote_storage == -1
+        assert lg.local_log_start_offset == 0 and lg.delete_old_segments() == 0     # the segment stays local
+
+        async def follow():                          # the follower keeps up from now on
+            while True:
+                md_part.update_follower_end_offset(2, md_part.log_end_offset)
+                await asyncio.sleep(0.01)
+        follower = asyncio.get_running_loop().create_task(follow())
+        try:
+            await b.rlm.run_once("t", 0)
+        finally:
+            follower.cancel()
+        assert lg.highest_offset_in_remote_storage == 8 and lg.local_log_start_offset == 9
+        assert offsets(await b.rlm.read(tip, lg, 0, 1 << 20, True)) == [0, 1, 2]
+    finally:
+        await b.close()
 
 
 async def test_copy_local_retention_and_reads(tmp_path):

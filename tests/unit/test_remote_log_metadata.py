@@ -13,8 +13,8 @@ from tests.unit.replica_harness import open_replicas
 from storage.tiered.remote_log_metadata import (
     REMOTE_LOG_METADATA_TOPIC, RemoteLogMetadataCache, RemoteLogSegmentId, RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState as S, RemotePartitionDeleteMetadata,
-    RemotePartitionDeleteState as P, TopicBasedRemoteLogMetadataManager, TopicIdPartition, deserialize,
-    is_valid_transition, kafka_uuid, metadata_partition, murmur2, serialize,
+    RemotePartitionDeleteState as P, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
+    deserialize, is_valid_transition, kafka_uuid, metadata_partition, murmur2, serialize,
 )
 
 TIP = TopicIdPartition(uuid.UUID("0123456789abcdef0123456789abcdef"), "orders", 3)
@@ -175,3 +175,34 @@ def test_manager_persists_to_the_topic_and_rebuilds(tmp_path):
     m2.put_remote_partition_delete_metadata(other.tip, P.DELETE_PARTITION_STARTED)
     m2.put_remote_partition_delete_metadata(other.tip, P.DELETE_PARTITION_FINISHED)
     assert m2.pending_partition_deletes() == [] and m2.list_remote_log_segments(other.tip) == []
+
+
+async def test_followers_apply_only_committed_events_and_writers_wait_for_the_commit(tmp_path):
+    """Kafka's RLMM consumes `__remote_log_metadata` below the high watermark: an event its metadata partition's
+    followers have not replicated (one a new leader of that partition could truncate) is not applied by other
+    brokers, and the writer's committed() waits for it, failing after its timeout."""
+    rm = _replicas(tmp_path)
+    writer = TopicBasedRemoteLogMetadataManager(InternalTopics(rm), broker_id=1, num_partitions=5)
+    reader = TopicBasedRemoteLogMetadataManager(InternalTopics(rm), broker_id=2, num_partitions=5)
+    writer.start()
+    reader.start()
+    md_part = rm.get(REMOTE_LOG_METADATA_TOPIC, metadata_partition(TIP, 5))
+    md_part.isr = (1, 2)                         # a follower that has fetched nothing: the HW stays
+    a = seg(0, 99)
+    writer.add_remote_log_segment_metadata(a)
+    writer.update_state(a, S.COPY_SEGMENT_FINISHED)
+    assert md_part.log_end_offset == 2 and md_part.high_watermark == 0
+    assert writer.list_remote_log_segments(TIP)[0].state == S.COPY_SEGMENT_FINISHED     # its own view
+    with pytest.raises(RemoteStorageException, match="not committed"):
+        await writer.committed(TIP, 0.2)
+    assert reader.catch_up() == 0 and reader.list_remote_log_segments(TIP) == []
+
+    md_part.update_follower_end_offset(2, 1)     # the first event is committed, not the second
+    assert reader.catch_up() == 1
+    assert [s.state for s in reader.list_remote_log_segments(TIP)] == [S.COPY_SEGMENT_STARTED]
+    md_part.update_follower_end_offset(2, 2)
+    await writer.committed(TIP, 0.2)
+    assert reader.catch_up() == 1
+    assert [s.state for s in reader.list_remote_log_segments(TIP)] == [S.COPY_SEGMENT_FINISHED]
+    for part in rm.partitions.values():
+        part.log.close()
