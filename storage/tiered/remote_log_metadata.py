@@ -434,8 +434,9 @@ class InternalTopic(Protocol):
 class TopicBasedRemoteLogMetadataManager:
     """RemoteLogMetadataManager over the internal topic `__remote_log_metadata`.
 
-    Writes append to the topic through the InternalTopic interface and then apply the event to the in-memory
-    view, so every lookup reflects only persisted events (Kafka waits for its consumer to catch up instead).
+    Writes append to the topic through the InternalTopic interface and then apply the event to this broker's
+    in-memory view; `committed()` waits until they are committed, as Kafka's RLMM waits for its consumer to read
+    them back. Other brokers' events are applied once committed (`catch_up`).
     """
 
     def __init__(self, internal: InternalTopic, *, broker_id: int, num_partitions: int = 50, retention_ms: int = -1,
