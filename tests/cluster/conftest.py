@@ -58,13 +58,13 @@ class Cluster:
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
     def wait_for_brokers(self, n: int, timeout: float = 60) -> None:
-        """Until the cluster's metadata lists `n` unfenced brokers."""
+        """Until every live broker, asked directly, lists `n` brokers and a controller: brokers apply the metadata
+        log with a lag, and a client may ask any of them."""
         deadline = time.monotonic() + timeout
-        admin = self.admin()
         while time.monotonic() < deadline:
             try:
-                md = admin.list_topics(timeout=5)
-                if len(md.brokers) >= n and md.controller_id >= 0:
+                known = [brokers_known(b.bootstrap) for b in self.brokers.values() if b.alive()]
+                if all(k >= n and controller >= 0 for k, controller in known):
                     return
             except Exception:
                 pass
@@ -102,6 +102,14 @@ def stop_and_check(c: Cluster) -> None:
     for i, b in c.brokers.items():
         text = b.log_text()
         assert "Traceback" not in text, f"broker {i}:\n" + text[max(0, text.index("Traceback") - 500):][:5000]
+
+
+def brokers_known(bootstrap: str) -> tuple[int, int]:
+    """(brokers listed, controller id) in one broker's own Metadata answer."""
+    from tests.integration.rawclient import RawClient
+    with RawClient(bootstrap) as raw:
+        md = raw.metadata(None)
+    return len(md.brokers), md.controller_id
 
 
 @pytest.fixture
