@@ -192,7 +192,7 @@ class Broker:
             return existing
         if self.cluster_mode:
             raise RuntimeError(f"internal topic {name} does not exist yet")
-        self.controller.append(topic_records(name, place(self, partitions, 1), configs))
+        self.controller.append(topic_records(name, place(self.topics.image, partitions, 1), configs))
         return self.topics.get(name)
 
     async def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str],
@@ -203,7 +203,7 @@ class Broker:
         started = asyncio.get_running_loop().time()
         grace = self.config.get_int("broker.session.timeout.ms") / 1000
         while self.topics.get(name) is None:
-            alive = len(usable_brokers(self))
+            alive = len(usable_brokers(self.topics.image))
             waited = asyncio.get_running_loop().time() - started
             if alive >= replication_factor or (alive and waited > grace):
                 rf = min(replication_factor, alive)

@@ -37,15 +37,14 @@ def group_default(config, name: str) -> str:
     return config.get(key) or CONSUMER_DEFAULTS[key]
 
 
-def current_configs(broker, rtype: int, name: str) -> dict[str, str]:
-    """The resource's dynamic configs now (a topic's overrides, a broker's or the cluster default's dynamic
+def current_configs(image, rtype: int, name: str) -> dict[str, str]:
+    """The resource's dynamic configs in `image` (a topic's overrides, a broker's or the cluster default's dynamic
     configs, a group's configs)."""
     if rtype == TOPIC_RESOURCE:
-        info = broker.topics.get(name)
+        info = image.get(name)
         if info is None:
             raise AdminError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
         return dict(info.configs)
-    image = broker.topics.image
     if rtype == BROKER_RESOURCE:
         if name != "" and not name.isdigit():
             raise AdminError(ErrorCode.invalid_request, f"Unexpected broker id {name}: a broker id or empty (the "
@@ -88,9 +87,11 @@ def apply_ops(current: dict[str, str], ops) -> dict[str, str | None]:
     return new
 
 
-async def alter(broker, rtype: int, name: str, new: dict[str, str | None], validate_only: bool) -> None:
-    """Make `new` the resource's dynamic configs (after validation); raises AdminError."""
-    current = current_configs(broker, rtype, name)
+def alter(broker, image, rtype: int, name: str, new_configs, validate_only: bool) -> list:
+    """The records that make `new_configs(current)` the resource's dynamic configs in `image`, after validation
+    (none when only validating); raises AdminError."""
+    current = current_configs(image, rtype, name)
+    new = new_configs(current)
     if rtype == TOPIC_RESOURCE:
         new = validate_configs(new)
         validate_remote_storage(broker, name, new, current)
@@ -104,19 +105,21 @@ async def alter(broker, rtype: int, name: str, new: dict[str, str | None], valid
         new = _validate_group(broker, new)
     changes = [ConfigRecord(rtype, name, k, v) for k, v in sorted(new.items()) if current.get(k) != v]
     changes += [ConfigRecord(rtype, name, k, None) for k in sorted(current) if k not in new]
-    if changes and not validate_only:
-        await submit(broker, changes)          # the metadata publisher applies them on every broker
+    return [] if validate_only else changes      # the metadata publisher applies them on every broker
 
 
 async def alter_all(broker, resources, new_configs, validate_only: bool) -> list[dict]:
-    """The per-resource results of an (Incremental)AlterConfigs request: `new_configs(resource)` gives the resource's
-    dynamic configs after the request, from the ops or the full set the API carries."""
+    """The per-resource results of an (Incremental)AlterConfigs request: `new_configs(resource, current)` gives the
+    resource's dynamic configs after the request, from the ops or the full set the API carries. Each resource is one
+    controller operation, so it changes the configs as they are when it runs."""
     out = []
     for r in resources:
         res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
                "resource_name": r.resource_name}
         try:
-            await alter(broker, r.resource_type, r.resource_name, new_configs(r), validate_only)
+            await submit(broker, lambda image, r=r: (alter(broker, image, r.resource_type, r.resource_name,
+                                                           lambda current: new_configs(r, current), validate_only),
+                                                     None))
         except AdminError as e:
             res.update(error_code=e.code, error_message=str(e))
         out.append(res)

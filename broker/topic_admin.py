@@ -52,21 +52,22 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
     return out
 
 
-def default_replication_factor(broker) -> int:
+def default_replication_factor(broker, image) -> int:
     """default.replication.factor when set; unset, sized to the cluster: 3 with three or more unfenced brokers,
     else all of them (1 on a single broker, Kafka's default)."""
     if "default.replication.factor" in broker.config.props or not getattr(broker, "cluster_mode", False):
         return broker.config.get_int("default.replication.factor")
-    return max(1, min(3, len(usable_brokers(broker))))
+    return max(1, min(3, len(usable_brokers(image))))
 
 
-def check_create(broker, name: str, num_partitions: int, replication_factor: int,
+def check_create(broker, image, name: str, num_partitions: int, replication_factor: int,
                  assignments=(), configs: dict | None = None) -> tuple[list[list[int]], dict[str, str]]:
-    """Validate a topic creation; returns (replica assignment, normalized configs) or raises AdminError."""
+    """Validate a topic creation against `image` (the controller's latest); returns (replica assignment,
+    normalized configs) or raises AdminError."""
     reason = topic_name_error(name)
     if reason:
         raise AdminError(ErrorCode.invalid_topic_exception, reason)
-    if broker.topics.get(name) is not None:
+    if image.get(name) is not None:
         raise AdminError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     if assignments:
         if num_partitions != -1 or replication_factor != -1:
@@ -75,38 +76,38 @@ def check_create(broker, name: str, num_partitions: int, replication_factor: int
         if len(assignments) > MAX_PARTITIONS:
             raise AdminError(ErrorCode.invalid_partitions, f"Number of partitions {len(assignments)} exceeds "
                                                            f"{MAX_PARTITIONS}")
-        assignment = check_replica_assignment(broker, assignments)
+        assignment = check_replica_assignment(image, assignments)
     else:
         if num_partitions == -1:
             num_partitions = broker.config.get_int("num.partitions")
         if replication_factor == -1:
-            replication_factor = default_replication_factor(broker)
+            replication_factor = default_replication_factor(broker, image)
         if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
             raise AdminError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive "
                              "value." if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds "
                                                                   f"{MAX_PARTITIONS}")
-        assignment = place(broker, num_partitions, replication_factor)
+        assignment = place(image, num_partitions, replication_factor)
     normalized = validate_configs(configs or {})
     validate_remote_storage(broker, name, normalized)   # also resolves the full config
     return assignment, normalized
 
 
-def usable_brokers(broker) -> dict[int, str | None]:
-    """Registered, unfenced brokers and their racks: where new replicas may go."""
-    return {b.broker_id: b.rack for b in broker.topics.image.brokers.values() if not b.fenced}
+def usable_brokers(image) -> dict[int, str | None]:
+    """Registered, unfenced brokers of `image` and their racks: where new replicas may go."""
+    return {b.broker_id: b.rack for b in image.brokers.values() if not b.fenced}
 
 
-def place(broker, partitions: int, replication_factor: int, first_partition: int = 0) -> list[list[int]]:
+def place(image, partitions: int, replication_factor: int, first_partition: int = 0) -> list[list[int]]:
     """Replica lists for new partitions over the usable brokers (metadata/placement.py), or INVALID_REPLICATION_FACTOR."""
     try:
-        return place_replicas(usable_brokers(broker), partitions, replication_factor, first_partition=first_partition)
+        return place_replicas(usable_brokers(image), partitions, replication_factor, first_partition=first_partition)
     except PlacementError as e:
         raise AdminError(ErrorCode.invalid_replication_factor, str(e)) from None
 
 
-def check_replica_assignment(broker, assignments) -> list[list[int]]:
+def check_replica_assignment(image, assignments) -> list[list[int]]:
     assignment = [list(a) for a in assignments]
-    why = check_assignment(assignment, broker.topics.image.brokers)
+    why = check_assignment(assignment, image.brokers)
     if why:
         raise AdminError(ErrorCode.invalid_replica_assignment, why)
     return assignment
@@ -165,24 +166,35 @@ def topic_records(name: str, assignment: list[list[int]], configs: dict[str, str
             *(ConfigRecord(TOPIC_RESOURCE, name, k, v) for k, v in sorted(configs.items()))]
 
 
-async def submit(broker, records: list):
-    """Append through the controller; a lost controller role or a record that no longer applies (a concurrent
-    change) becomes the Kafka error the client sees."""
+async def submit(broker, operation):
+    """Run an admin operation (image -> (records, answer), raising AdminError when the request is refused) on the
+    controller's event queue, against the latest image; its answer. A lost controller role, or records that do not
+    apply (a bug: the operation validated against the same image), become the Kafka error the client sees."""
     from metadata.object_store_controller import NotControllerError
     try:
-        return await broker.controller.submit(records)
+        return await broker.controller.run(operation)
     except NotControllerError as e:
         raise AdminError(ErrorCode.not_controller, str(e)) from None
     except ValueError as e:
-        raise AdminError(ErrorCode.invalid_request, f"the change no longer applies: {e}") from None
+        raise AdminError(ErrorCode.invalid_request, f"the change does not apply: {e}") from None
 
 
-async def create_topic(broker, name: str, assignment: list[list[int]], configs: dict[str, str]):
-    """Submit the topic's records; the metadata publisher opens its partitions. Returns its image."""
-    await submit(broker, topic_records(name, assignment, configs))
-    log.info("created topic %s with %d partition(s) x %d replica(s) %s", name, len(assignment), len(assignment[0]),
-             configs or "")
-    return broker.topics.get(name)
+async def create_topic(broker, name: str, partitions: int, replication_factor: int, assignments=(),
+                       configs: dict | None = None, validate_only: bool = False) -> tuple[list[list[int]], dict, str]:
+    """Validate and create a topic in one controller operation (the metadata publisher opens its partitions):
+    (replica assignment, normalized configs, topic id or "" when only validated), or AdminError."""
+    def operation(image):
+        assignment, cfg = check_create(broker, image, name, partitions, replication_factor, assignments, configs)
+        if validate_only:
+            return [], (assignment, cfg, "")
+        records = topic_records(name, assignment, cfg)
+        return records, (assignment, cfg, records[0].topic_id)
+
+    assignment, cfg, topic_id = await submit(broker, operation)
+    if topic_id:
+        log.info("created topic %s with %d partition(s) x %d replica(s) %s", name, len(assignment),
+                 len(assignment[0]), cfg or "")
+    return assignment, cfg, topic_id
 
 
 async def create_through_controller(broker, name: str, partitions: int, replication_factor: int,
@@ -212,8 +224,8 @@ async def auto_create(broker, name: str) -> tuple[int, object | None]:
         info = broker.topics.get(name)
         return (0, info) if info is not None else (ErrorCode.leader_not_available, None)
     try:
-        assignment, cfg = check_create(broker, name, -1, -1)
-        return 0, await create_topic(broker, name, assignment, cfg)
+        await create_topic(broker, name, -1, -1)
+        return 0, broker.topics.get(name)
     except AdminError as e:
         return e.code, None
 

@@ -23,9 +23,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from metadata.controller import PRODUCER_ID_BLOCK
+from metadata.controller import producer_ids_block
 from metadata.image import MetadataImage, PartitionImage, TopicImage
-from metadata.records import BrokerRegistrationChangeRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord
+from metadata.records import BrokerRegistrationChangeRecord, PartitionRecord, RegisterBrokerRecord
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.controller")
@@ -191,9 +191,49 @@ def complete_reassignment(image: MetadataImage, t: TopicImage, index: int) -> Pa
     return _changed(t, index, p, replicas=target, isr=isr, leader=leader, adding=(), removing=())
 
 
+def elect_preferred_operation(wanted: list[tuple[str, int]] | None):
+    """ElectLeaders(PREFERRED) as one controller operation: `wanted` (topic, partition) pairs, or None for every
+    partition of the image; answers {(topic, partition): error code}."""
+    def operation(image: MetadataImage):
+        pairs = [(t.name, i) for t in image.topics() for i in range(t.partitions)] if wanted is None else wanted
+        outcome: dict[tuple[str, int], int] = {}
+        records = []
+        for name, index in pairs:
+            t = image.get(name)
+            if t is None or t.partition(index) is None:
+                outcome[(name, index)] = ErrorCode.unknown_topic_or_partition
+                continue
+            err, record = elect_preferred(image, t, index)
+            outcome[(name, index)] = err
+            if record is not None:
+                records.append(record)
+        return records, outcome
+    return operation
+
+
+def reassign_operation(name: str, index: int, target: list[int] | None):
+    """AlterPartitionReassignments for one partition as a controller operation: start (or cancel, `target` None)
+    the move, and complete it at once when the target is in sync already (only removals, say). Answers
+    (error code, message)."""
+    def operation(image: MetadataImage):
+        t = image.get(name)
+        if t is None:
+            return [], (ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
+        err, msg, records = reassign(image, t, index, target)
+        if records:
+            after = image.apply(records)
+            done = complete_reassignment(after, after.get(name), index)
+            if done is not None:
+                records.append(done)
+        return records, (err, msg)
+    return operation
+
+
 class ClusterControl:
     """Broker sessions and the cluster requests the active controller serves; `controller` is an
-    ObjectStoreController (its `submit` appends a batch, or raises NotControllerError)."""
+    ObjectStoreController. Every decision is an operation on the controller's event queue (`controller.run`): it
+    reads the latest image and returns the records, so two requests (a heartbeat and a session expiry, two
+    AlterPartitions, two producer-id allocations) never decide from the same state."""
 
     def __init__(self, controller, session_timeout_ms: int = 9000, *, clock=time.monotonic):
         self.controller = controller
@@ -228,62 +268,109 @@ class ClusterControl:
 
     async def register(self, broker_id: int, incarnation_id: str, rack: str | None,
                        endpoints: list[tuple[str, str, int]]) -> int:
-        """BrokerRegistration: returns the broker epoch."""
+        """BrokerRegistration: returns the broker epoch (the offset of its registration record)."""
         self._check_active()
-        records = register_records(self.image, broker_id, incarnation_id, rack, endpoints)
-        image = await self.controller.submit(records) if records else self.image
-        self.last_heartbeat[broker_id] = self.clock()
-        log.info("broker %d registered (incarnation %s, epoch %d)", broker_id, incarnation_id,
-                 image.brokers[broker_id].epoch)
-        return image.brokers[broker_id].epoch
+
+        def operation(image: MetadataImage):
+            records = register_records(image, broker_id, incarnation_id, rack, endpoints)
+            # the RegisterBrokerRecord comes last: its offset is the new broker epoch
+            epoch = image.offset + len(records) if records else image.brokers[broker_id].epoch
+            self.last_heartbeat[broker_id] = self.clock()
+            return records, epoch
+
+        epoch = await self.controller.run(operation)
+        log.info("broker %d registered (incarnation %s, epoch %d)", broker_id, incarnation_id, epoch)
+        return epoch
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int,
                         want_shut_down: bool) -> tuple[int, bool, bool, bool]:
         """BrokerHeartbeat: (error, is_caught_up, is_fenced, should_shut_down)."""
         self._check_active()
-        b = self.image.brokers.get(broker_id)
-        if b is None or b.epoch != broker_epoch:
-            return ErrorCode.stale_broker_epoch, False, True, False
-        self.last_heartbeat[broker_id] = self.clock()
-        caught_up = metadata_offset >= b.epoch
-        now_ms = int(time.time() * 1000)
-        _, _, last_caught_up = self.metadata_positions.get(broker_id, (-1, -1, -1))
-        self.metadata_positions[broker_id] = (metadata_offset, now_ms,
-                                              now_ms if metadata_offset >= self.image.offset else last_caught_up)
-        if want_shut_down:
-            records = fence_records(self.image, broker_id)
-            if records:
-                await self.controller.submit(records)
-                log.info("broker %d is shutting down: fenced, %d partition(s) changed", broker_id, len(records) - 1)
-            return 0, caught_up, True, True
-        if b.fenced and caught_up:
-            await self.controller.submit(unfence_records(self.image, broker_id))
-            log.info("broker %d unfenced", broker_id)
-            return 0, True, False, False
-        return 0, caught_up, b.fenced, False
+
+        def operation(image: MetadataImage):
+            b = image.brokers.get(broker_id)
+            if b is None or b.epoch != broker_epoch:
+                return [], (ErrorCode.stale_broker_epoch, False, True, False)
+            self.last_heartbeat[broker_id] = self.clock()
+            caught_up = metadata_offset >= b.epoch
+            now_ms = int(time.time() * 1000)
+            _, _, last_caught_up = self.metadata_positions.get(broker_id, (-1, -1, -1))
+            self.metadata_positions[broker_id] = (metadata_offset, now_ms,
+                                                  now_ms if metadata_offset >= image.offset else last_caught_up)
+            if want_shut_down:
+                records = fence_records(image, broker_id)
+                if records:
+                    log.info("broker %d is shutting down: fenced, %d partition(s) changed", broker_id,
+                             len(records) - (not b.fenced))
+                return records, (0, caught_up, True, True)
+            if b.fenced and caught_up:
+                log.info("broker %d unfenced", broker_id)
+                return unfence_records(image, broker_id), (0, True, False, False)
+            return [], (0, caught_up, b.fenced, False)
+
+        return await self.controller.run(operation)
 
     async def alter_partition(self, broker_id: int, broker_epoch: int, changes: list) -> list[AlterPartitionResult]:
-        """AlterPartition: `changes` are (topic_id, index, leader_epoch, partition_epoch, new_isr); one batch."""
+        """AlterPartition: `changes` are (topic_id, index, leader_epoch, partition_epoch, new_isr); one batch. Each
+        change is validated against the image after the ones before it; a change that puts every target replica of
+        a reassignment in the ISR also completes the reassignment."""
         self._check_active()
-        image = self.image
-        results = [alter_partition(image, broker_id, broker_epoch, *c) for c in changes]
-        records = [r.record for r in results if r.record is not None]
-        if records:
-            image = await self.controller.submit(records)
-            for r in results:
-                if r.record is not None:
-                    r.partition = image.topics_by_id[r.record.topic_id].partition(r.record.partition)
-            done = [complete_reassignment(image, image.topics_by_id[r.topic_id], r.partition) for r in records]
-            done = [r for r in done if r is not None]
-            if done:                         # an ISR that now holds every target replica ends its reassignment
-                await self.controller.submit(done)
-                log.info("completed the reassignment of %d partition(s)", len(done))
-        return results
 
-    async def allocate_producer_ids(self, broker_id: int) -> int:
-        start = self.image.next_producer_id
-        await self.controller.submit([ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK)])
-        return start
+        def operation(image: MetadataImage):
+            records, results = [], []
+            for c in changes:
+                r = alter_partition(image, broker_id, broker_epoch, *c)
+                if r.record is not None:
+                    image = image.apply([r.record])
+                    records.append(r.record)
+                    t = image.topics_by_id[r.record.topic_id]
+                    done = complete_reassignment(image, t, r.record.partition)
+                    if done is not None:          # an ISR that now holds every target replica ends the move
+                        image = image.apply([done])
+                        records.append(done)
+                        log.info("completed the reassignment of %s-%d", t.name, r.record.partition)
+                    r.partition = image.topics_by_id[r.record.topic_id].partition(r.record.partition)
+                results.append(r)
+            return records, results
+
+        return await self.controller.run(operation)
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int | None = None) -> int:
+        """AllocateProducerIds: the first id of a new block, or -1 for a broker epoch that is not the registered
+        one (STALE_BROKER_EPOCH in the handler)."""
+        self._check_active()
+        allocate = producer_ids_block(broker_id)
+
+        def operation(image: MetadataImage):
+            b = image.brokers.get(broker_id)
+            if broker_epoch is not None and (b is None or b.epoch != broker_epoch):
+                return [], -1
+            return allocate(image)
+
+        return await self.controller.run(operation)
+
+    def _fence_if_expired(self, broker_id: int):
+        """The session-expiry operation: decided when it runs (a heartbeat may have come in since it was queued)."""
+        def operation(image: MetadataImage):
+            b = image.brokers.get(broker_id)
+            now = self.clock()
+            since = now - self.last_heartbeat.get(broker_id, now)
+            if b is None or b.fenced or since <= self.session_timeout:
+                return [], None
+            records = fence_records(image, broker_id)
+            log.warning("broker %d fenced: no heartbeat for %.1fs; %d partition(s) changed", broker_id, since,
+                        len(records) - 1)
+            return records, None
+        return operation
+
+    async def check_sessions(self) -> None:
+        """Fence every unfenced broker whose session expired (Kafka's BrokerHeartbeatManager), each in its own
+        operation that checks the session again when it runs."""
+        self._check_active()
+        now = self.clock()
+        for b in list(self.image.brokers.values()):
+            if not b.fenced and now - self.last_heartbeat.get(b.broker_id, now) > self.session_timeout:
+                await self.controller.run(self._fence_if_expired(b.broker_id))
 
     async def _expire_sessions(self) -> None:
         interval = max(self.session_timeout / 8, 0.05)
@@ -293,15 +380,7 @@ class ClusterControl:
                 self._active_epoch = -1
                 continue
             try:
-                self._check_active()
-                now = self.clock()
-                for b in list(self.image.brokers.values()):
-                    if not b.fenced and now - self.last_heartbeat.get(b.broker_id, now) > self.session_timeout:
-                        records = fence_records(self.image, b.broker_id)
-                        if records:
-                            await self.controller.submit(records)
-                            log.warning("broker %d fenced: no heartbeat for %.1fs; %d partition(s) changed",
-                                        b.broker_id, now - self.last_heartbeat[b.broker_id], len(records) - 1)
+                await self.check_sessions()
             except asyncio.CancelledError:
                 raise
             except Exception as e:

@@ -1,6 +1,7 @@
-"""The controller: the one writer of the metadata log. Admin handlers turn requests into records and `submit` them;
-the controller appends them (durably), builds the next image and hands it to the publishers, which apply it to the
-partition layer and the group coordinator (broker/metadata_publisher.py).
+"""The controller: the one writer of the metadata log. Admin handlers and the cluster's control requests are
+operations (the latest image in; the records that express the change, and the caller's answer, out) that the
+controller runs one at a time (`run`); it appends their records (durably), builds the next image and hands it to the
+publishers, which apply it to the partition layer and the group coordinator (broker/metadata_publisher.py).
 
 `Controller` is the interface the broker uses. `LocalController` is the one-broker implementation: in process, its
 record log on local disk (metadata/metadata_log.py), synchronous. The cluster issue replaces it with a controller
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import msgspec
 
@@ -26,6 +27,16 @@ PRODUCER_ID_BLOCK = 1000
 LEGACY_FILE = "__strata_metadata.json"      # the single-broker topic store before the metadata log
 
 Publisher = Callable[[MetadataImage, MetadataImage], None]     # (previous image, new image)
+Operation = Callable[[MetadataImage], "tuple[list, Any]"]      # latest image -> (records, the caller's answer)
+
+
+def producer_ids_block(broker_id: int) -> Operation:
+    """AllocateProducerIds as an operation: the next block after the image's, answered with its first id (Kafka's
+    ProducerIdControlManager)."""
+    def operation(image: MetadataImage):
+        start = image.next_producer_id
+        return [ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK)], start
+    return operation
 
 
 class _LegacyTopic(msgspec.Struct):
@@ -47,9 +58,10 @@ class Controller(Protocol):
     @property
     def image(self) -> MetadataImage: ...
 
-    async def submit(self, records: list) -> MetadataImage:
-        """Append `records` atomically and publish the resulting image; raises ValueError if they do not apply
-        (and NotControllerError when this node is not the active controller)."""
+    async def run(self, operation: Operation) -> Any:
+        """Run `operation` against the latest image, append its records atomically, publish the resulting image and
+        return its answer; operations run one at a time. Raises what the operation raises and ValueError if its
+        records do not apply (nothing is written), NotControllerError when this node is not the active controller."""
 
     async def allocate_producer_ids(self, broker_id: int) -> int:
         """The first id of a new block of PRODUCER_ID_BLOCK producer ids for `broker_id`."""
@@ -80,14 +92,18 @@ class LocalController:
 
     active = True
 
-    async def submit(self, records: list) -> MetadataImage:
-        return self.append(records)
+    async def run(self, operation: Operation) -> Any:
+        """One broker: the operation runs and its records are appended with no await in between."""
+        records, answer = operation(self._image)
+        if records:
+            self.append(records)
+        return answer
 
     async def refresh(self) -> None:
         """Nothing to read: this process writes the only copy of the log."""
 
     def append(self, records: list) -> MetadataImage:
-        """`submit` without waiting: one broker appends to its local file before returning."""
+        """Append records the caller computed from the current image, with no await since (start-up, `run`)."""
         old = self._image
         new = old.apply(records)                 # validates: nothing is written if a record does not apply
         self.log.append([Envelope(self.epoch, r) for r in records])
@@ -97,9 +113,7 @@ class LocalController:
         return new
 
     async def allocate_producer_ids(self, broker_id: int) -> int:
-        start = self._image.next_producer_id
-        self.append([ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK)])
-        return start
+        return await self.run(producer_ids_block(broker_id))
 
     def register_broker(self, rack: str | None, host: str, port: int) -> None:
         """This broker's registration, with a new incarnation id at every start (Kafka's BrokerRegistration)."""
@@ -115,7 +129,8 @@ class LocalController:
             records += [PartitionRecord(t.topic_id, p, [self.node_id], [self.node_id], self.node_id)
                         for p in range(t.partitions)]
             records += [ConfigRecord(TOPIC_RESOURCE, t.name, k, v) for k, v in sorted(t.configs.items())]
-        records.append(ProducerIdsRecord(self.node_id, state.next_producer_id_block))
+        if state.next_producer_id_block > 0:
+            records.append(ProducerIdsRecord(self.node_id, state.next_producer_id_block))
         self.append(records)
         legacy.rename(legacy.with_name(LEGACY_FILE + ".migrated"))
         log.info("upgraded %s to the metadata log: %d topic(s)", legacy.name, len(state.topics))

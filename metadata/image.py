@@ -65,6 +65,18 @@ class TopicImage:
         return self.partition_states[index] if 0 <= index < len(self.partition_states) else None
 
 
+def _check_partition_change(topic: str, index: int, old: PartitionImage, new: PartitionImage) -> None:
+    """A change of an existing partition must follow the one it replaces: the next partition epoch (so a change
+    computed from an older image cannot be applied after another one), and a leader epoch that never goes back and
+    grows whenever the leader changes (Kafka's PartitionChangeBuilder rules; KIP-101/279 truncation relies on it)."""
+    if new.partition_epoch != old.partition_epoch + 1:
+        raise ValueError(f"partition {topic}-{index}: partition epoch {new.partition_epoch} does not follow "
+                         f"{old.partition_epoch}")
+    if new.leader_epoch < old.leader_epoch or (new.leader != old.leader and new.leader_epoch == old.leader_epoch):
+        raise ValueError(f"partition {topic}-{index}: leader {new.leader} at epoch {new.leader_epoch} after leader "
+                         f"{old.leader} at epoch {old.leader_epoch}")
+
+
 @dataclass(frozen=True)
 class MetadataImage:
     offset: int = -1                                   # last applied record of the metadata log
@@ -127,6 +139,7 @@ class MetadataImage:
                 if r.partition == len(states):
                     states.append(p)
                 else:
+                    _check_partition_change(t.name, r.partition, states[r.partition], p)
                     states[r.partition] = p
                 t = replace(t, partition_states=tuple(states))
                 by_name[t.name] = by_id[t.topic_id] = t
@@ -161,7 +174,9 @@ class MetadataImage:
                     raise ValueError(f"removal of unknown topic {r.topic_id}")
                 del by_name[t.name]
             elif isinstance(r, ProducerIdsRecord):
-                next_pid = max(next_pid, r.next_producer_id)
+                if r.next_producer_id <= next_pid:     # blocks are handed out once (Kafka's ProducerIdControlManager)
+                    raise ValueError(f"producer id block ending at {r.next_producer_id} is not above {next_pid}")
+                next_pid = r.next_producer_id
             elif isinstance(r, LeaderChangeRecord):
                 if r.controller_epoch <= controller[1]:
                     raise ValueError(f"controller epoch {r.controller_epoch} is not above {controller[1]}")

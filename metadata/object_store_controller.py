@@ -7,6 +7,14 @@ epoch; a controller whose append loses a race, or whose lease was replaced or co
 down and answers NOT_CONTROLLER. Followers poll for the next batch every `poll_interval` and publish each new image,
 as the active controller publishes its own appends.
 
+Every change goes through one event queue (Kafka's QuorumController): an operation is a function from the latest
+image to the records that express it and the answer for its caller, run by the queue's one worker, never by the
+caller. Operations queued together run one after another against the image their predecessors produced (their
+records not yet committed) and are appended as one batch; none of them is answered before that batch is in the log.
+An operation that raises leaves nothing behind, and when the append fails every operation of the batch fails
+(NotControllerError, retriable) and the image is re-read before the next one. Nothing awaits between reading the
+image and writing the records, so two events can never both act on the state before the other.
+
 Kafka's configs where Kafka has the concept: the lease times out after `controller.quorum.fetch.timeout.ms`
 (default 2000: in KRaft, the time without hearing from the leader before a voter campaigns), and a snapshot is
 written after `metadata.log.max.record.bytes.between.snapshots` (default 20 MiB) of appended batches.
@@ -16,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
+from typing import Any
 
-from metadata.controller import Publisher
+from metadata.controller import Operation, Publisher
 from metadata.controller_lease import ControllerLease
 from metadata.image import MetadataImage
 from metadata.object_store_log import ObjectStoreMetadataLog
@@ -31,6 +41,9 @@ class NotControllerError(Exception):
     """This node is not the active controller (Kafka's NOT_CONTROLLER): ask the one the image names."""
 
 
+MAX_OPERATIONS_PER_BATCH = 256          # operations appended together in one metadata batch
+
+
 class ObjectStoreController:
     def __init__(self, store: ObjectStore, node_id: int, *, controller_role: bool = True, prefix: str = "metadata",
                  lease_timeout: float = 2.0, poll_interval: float = 0.2, snapshot_bytes: int = 20 * 1024 * 1024):
@@ -40,7 +53,10 @@ class ObjectStoreController:
         self.poll_interval, self.snapshot_bytes = poll_interval, snapshot_bytes
         self._image = MetadataImage()
         self._publishers: list[Publisher] = []
-        self._lock = asyncio.Lock()            # one append (or catch-up) at a time
+        self._lock = asyncio.Lock()            # the log position: one append batch (or catch-up) at a time
+        self._queue: deque[tuple[Operation, asyncio.Future]] = deque()
+        self._worker: asyncio.Task | None = None
+        self._reread = False                   # an append failed ambiguously: read the log before the next one
         self._task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
         self._snapshot_at_bytes = 0            # log.appended_bytes when the last snapshot was started
@@ -67,46 +83,136 @@ class ObjectStoreController:
     def add_publisher(self, publisher: Publisher) -> None:
         self._publishers.append(publisher)
 
-    async def submit(self, records: list) -> MetadataImage:
-        """Append `records` as one batch and publish the image; NotControllerError unless this node is the active
-        controller, ValueError if they do not apply to the current image (nothing is written)."""
-        async with self._lock:
-            if not self.acting:
-                raise NotControllerError(f"node {self.node_id} is not the active controller "
-                                         f"(controller {self._image.controller_id})")
-            try:
-                new = await self.log.append(self._image, self.lease.epoch, records)
-            except PreconditionFailed:
-                log.warning("node %d: another controller appended at offset %d; stepping down", self.node_id,
-                            self._image.offset + 1)
-                self.active = False
-                await self._catch_up()
-                raise NotControllerError(f"node {self.node_id} lost the controller role to "
-                                         f"{self._image.controller_id}") from None
-            self._publish(new)
-            return new
+    async def run(self, operation: Operation) -> Any:
+        """Queue `operation` (image -> (records, answer)) and return its answer once its records are committed.
+        Raises what the operation raised (nothing is written), ValueError if its records do not apply to the image
+        it was given, and NotControllerError when this node is not the active controller or the append failed.
+        A caller that is cancelled before its turn comes is dropped from the queue."""
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.append((operation, fut))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain(), name=f"controller-events-{self.node_id}")
+        return await fut
 
     async def refresh(self) -> None:
         """Read the metadata log now instead of at the next poll (after a forwarded admin request)."""
         async with self._lock:
             await self._catch_up()
 
+    # ---- the event queue -------------------------------------------------------------------------------------
+    async def _drain(self) -> None:
+        while self._queue:
+            batch = []
+            while self._queue and len(batch) < MAX_OPERATIONS_PER_BATCH:
+                op, fut = self._queue.popleft()
+                if not fut.done():                      # a caller cancelled before its turn: nothing to do
+                    batch.append((op, fut))
+            if batch:
+                async with self._lock:
+                    await self._execute(batch)
+
+    async def _execute(self, batch: list) -> None:
+        def fail_all(exc: Exception) -> None:
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+
+        if not self.acting:
+            return fail_all(self._not_controller())
+        if self._reread:
+            try:
+                await self._catch_up()
+            except Exception as e:
+                return fail_all(NotControllerError(f"node {self.node_id} cannot read the metadata log: {e}"))
+            self._reread = False
+            if not self.acting:
+                return fail_all(self._not_controller())
+        base = image = self._image
+        records: list = []
+        answers: list = []
+        for op, fut in batch:
+            try:
+                recs, answer = op(image)
+                after = image.apply(recs) if recs else image       # validates: a bad record fails only this op
+            except Exception as e:
+                fut.set_exception(e)
+                continue
+            image = after
+            records += recs
+            answers.append((fut, answer))
+        if records:
+            try:
+                new = await self.log.append(base, self.lease.epoch, records, applied=image)
+            except PreconditionFailed:
+                log.warning("node %d: another batch is at offset %d; re-reading the log", self.node_id,
+                            base.offset + 1)
+                self._reread = True
+                await self._reread_now()
+                exc = NotControllerError(
+                    f"node {self.node_id} lost the controller role to {self._image.controller_id}" if not self.active
+                    else f"node {self.node_id} found metadata offset {base.offset + 1} taken; try again")
+                for fut, _ in answers:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                return
+            except Exception as e:
+                # The batch may or may not be in the log (an answer lost on the way back): read before appending.
+                log.warning("node %d: metadata append at offset %d failed: %s", self.node_id, base.offset + 1, e)
+                self._reread = True
+                exc = NotControllerError(f"node {self.node_id} could not append to the metadata log: {e}")
+                for fut, _ in answers:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                return
+            self._publish(new)
+        for fut, answer in answers:
+            if not fut.done():
+                fut.set_result(answer)
+
+    async def _reread_now(self) -> None:
+        """After losing the race for a position: read what is there. A batch of a newer controller epoch means this
+        node was deposed (the catch-up steps it down); a batch of our own epoch was our own earlier append whose
+        answer was lost, and we stay active."""
+        try:
+            await self._catch_up()
+            self._reread = False
+        except Exception as e:
+            log.warning("node %d: re-reading the metadata log failed: %s", self.node_id, e)
+
+    def _not_controller(self) -> NotControllerError:
+        return NotControllerError(f"node {self.node_id} is not the active controller "
+                                  f"(controller {self._image.controller_id})")
+
     # ---- lifecycle -----------------------------------------------------------------------------------------------
+    async def load(self) -> None:
+        """Read the log to its end (the newest snapshot, then every batch after it) and publish that image."""
+        self._publish((await self.log.load()).image)
+
+    async def campaign(self) -> bool:
+        """One round of the election: take the lease if it is free or lapsed, then become active (read to the end
+        of the log, append our LeaderChangeRecord). True once this node is the active controller."""
+        if self.controller_role and await self.lease.campaign():
+            await self._become_active()
+        return self.active
+
     async def start(self) -> None:
-        replayed = await self.log.load()
-        self._publish(replayed.image)
+        await self.load()
         log.info("node %d: metadata log at offset %d (controller %d, epoch %d)", self.node_id, self._image.offset,
                  self._image.controller_id, self._image.controller_epoch)
         self._task = asyncio.create_task(self._run(), name=f"controller-{self.node_id}")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, self._snapshot_task) if t is not None]
-        self._task = self._snapshot_task = None    # also ends the loop if a cancel is swallowed
+        tasks = [t for t in (self._task, self._snapshot_task, self._worker) if t is not None]
+        self._task = self._snapshot_task = self._worker = None    # also ends the loop if a cancel is swallowed
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
-        if self.active:
+        while self._queue:
+            _, fut = self._queue.popleft()
+            if not fut.done():
+                fut.set_exception(self._not_controller())
+        if self.active or self.lease.holding:
             self.active = False
             try:
                 await self.lease.resign()
@@ -116,26 +222,32 @@ class ObjectStoreController:
     async def _run(self) -> None:
         while self._task is not None:
             try:
-                if self.active:
+                if self.lease.holding:
+                    # Renew whether or not we are active yet: a winner still catching up keeps its lease (or learns
+                    # it lost it) instead of holding one nobody renews.
                     if not await self.lease.renew() or not self.lease.valid():
-                        self._step_down("the lease was replaced")
-                elif self.controller_role and await self.lease.campaign():
-                    await self._become_active()
+                        self._step_down("the lease was replaced" if not self.lease.holding
+                                        else "the lease could not be renewed in time")
+                    elif not self.active:
+                        await self._become_active()
+                elif self.controller_role:
+                    await self.campaign()
                 if not self.active:
                     async with self._lock:
                         await self._catch_up()
             except ObjectStoreError as e:
                 log.warning("node %d: metadata store: %s", self.node_id, e)
-                if self.active and not self.lease.valid():
+                if self.lease.holding and not self.lease.valid():
                     self._step_down("the lease could not be renewed in time")
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("node %d: controller loop", self.node_id)
-            await asyncio.sleep(self.lease.renew_interval if self.active else self.poll_interval)
+            await asyncio.sleep(self.lease.renew_interval if self.lease.holding else self.poll_interval)
 
     async def _become_active(self) -> None:
-        """Read to the end of the log and append our LeaderChangeRecord; until it is in, we are not active."""
+        """Read to the end of the log and append our LeaderChangeRecord; until it is in, we are not active. A
+        failure here leaves the lease held: the loop renews it and tries again, or gives it up once it lapses."""
         async with self._lock:
             while self.lease.valid():
                 await self._catch_up()
@@ -150,9 +262,11 @@ class ObjectStoreController:
                 except PreconditionFailed:
                     continue                                        # a late batch of the old controller: re-read
                 self.active = True
+                self._reread = False
                 self._publish(new)
                 log.info("node %d is the active controller, epoch %d, at offset %d", self.node_id, epoch, new.offset)
                 return
+            self._step_down("the lease lapsed before the log could be read")
 
     def _step_down(self, why: str) -> None:
         log.warning("node %d steps down as controller (epoch %d): %s", self.node_id, self.lease.epoch, why)

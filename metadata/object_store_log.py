@@ -66,13 +66,15 @@ class ObjectStoreMetadataLog:
         return f"{self.prefix}/snapshot/{offset:020d}"
 
     # ---- writing ---------------------------------------------------------------------------------------------
-    async def append(self, image: MetadataImage, controller_epoch: int, records: list) -> MetadataImage:
+    async def append(self, image: MetadataImage, controller_epoch: int, records: list, *,
+                     applied: MetadataImage | None = None) -> MetadataImage:
         """Append `records` as one batch after `image` (which must be the end of the chain as read) and return the
-        image with them applied. Raises ValueError if they do not apply (nothing is written) and PreconditionFailed
-        if another writer appended at this position first (the caller re-reads)."""
+        image with them applied (`applied`, when the caller has applied them already). Raises ValueError if they do
+        not apply (nothing is written) and PreconditionFailed if another writer appended at this position first (the
+        caller re-reads)."""
         if not records:
             raise ValueError("a metadata batch needs at least one record")
-        new = image.apply(records)
+        new = image.apply(records) if applied is None else applied
         data = _batch_encoder.encode(MetadataBatch(controller_epoch, records))
         await self.store.put_if_absent(self.batch_key(image.offset + 1), data)
         self.appended_bytes += len(data)

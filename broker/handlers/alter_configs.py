@@ -13,7 +13,7 @@ DECODABLE = (0, 2)
 FORWARDED_TO_CONTROLLER = True
 
 
-def _full_set(r) -> dict:
+def _full_set(r, _current) -> dict:
     names = [c.name for c in r.configs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -1,7 +1,9 @@
 """CreateTopics (key 19)."""
 from __future__ import annotations
 
-from broker.topic_admin import AdminError, check_create, create_topic
+import uuid
+
+from broker.topic_admin import AdminError, create_topic
 from broker.handlers.describe_configs import topic_config_entries
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -26,11 +28,11 @@ async def handle(broker, req):
             if seen[t.name] > 1:
                 raise AdminError(ErrorCode.invalid_request,
                                  f"Create topics request from client contains duplicate topic {t.name}")
-            assignment, cfg = check_create(broker, t.name, t.num_partitions, t.replication_factor,
-                                           [a.broker_ids for a in t.assignments], {c.name: c.value for c in t.configs})
-            if not body.validate_only:
-                info = await create_topic(broker, t.name, assignment, cfg)
-                res["topic_id"] = info.uuid
+            assignment, cfg, topic_id = await create_topic(
+                broker, t.name, t.num_partitions, t.replication_factor, [a.broker_ids for a in t.assignments],
+                {c.name: c.value for c in t.configs}, validate_only=body.validate_only)
+            if topic_id:
+                res["topic_id"] = uuid.UUID(topic_id)
             res.update(num_partitions=len(assignment), replication_factor=len(assignment[0]))
             if v >= 5:
                 res["configs"] = [{"name": e["name"], "value": e["value"], "read_only": False,

@@ -13,6 +13,19 @@ FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 
 
 
+_UNKNOWN = {True: ErrorCode.unknown_topic_id, False: ErrorCode.unknown_topic_or_partition}
+
+
+def _remove(name, tid):
+    """The controller operation: remove the topic as the latest image names it."""
+    def operation(image):
+        info = image.by_id(tid) if tid is not None else image.get(name)
+        if info is None:
+            raise AdminError(_UNKNOWN[tid is not None], "")
+        return [RemoveTopicRecord(info.topic_id)], info
+    return operation
+
+
 async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
@@ -29,12 +42,11 @@ async def handle(broker, req):
             res.update(error_code=ErrorCode.invalid_request, error_message="Only one of topic name and topic id may be set")
         elif not broker.config.get_bool("delete.topic.enable"):
             res["error_code"] = ErrorCode.topic_deletion_disabled
-        elif info is None:
-            res["error_code"] = ErrorCode.unknown_topic_id if tid is not None else ErrorCode.unknown_topic_or_partition
         else:
             try:
-                await submit(broker, [RemoveTopicRecord(info.topic_id)])     # the publisher deletes the logs
+                info = await submit(broker, _remove(name, tid))     # the publisher deletes the logs
+                res.update(name=info.name, topic_id=info.uuid)
             except AdminError as e:
-                res.update(error_code=e.code, error_message=str(e))
+                res.update(error_code=e.code, error_message=str(e) or None)
         results.append(res)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "responses": results})

@@ -4,7 +4,7 @@ other brokers forward it."""
 from __future__ import annotations
 
 from broker.topic_admin import AdminError, submit
-from metadata.cluster_control import elect_preferred
+from metadata.cluster_control import elect_preferred_operation
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -18,35 +18,27 @@ PREFERRED = 0
 async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
-    image = broker.topics.image
     election = getattr(body, "election_type", PREFERRED)
-    if body.topic_partitions is None:        # every partition
-        wanted = [(t.name, i) for t in image.topics() for i in range(t.partitions)]
+    if body.topic_partitions is None:
+        wanted = None                         # every partition
     else:
         wanted = [(tp.topic, i) for tp in body.topic_partitions for i in tp.partitions]
-    outcome: dict[tuple[str, int], tuple[int, str | None]] = {}
-    records = []
-    for name, index in wanted:
-        t = image.get(name)
+
+    top_error = 0
+    try:
         if election != PREFERRED:
-            outcome[(name, index)] = (ErrorCode.invalid_request, "Only preferred leader elections are supported")
-        elif t is None or t.partition(index) is None:
-            outcome[(name, index)] = (ErrorCode.unknown_topic_or_partition, None)
+            every = [(t.name, i) for t in broker.topics.topics() for i in range(t.partitions)]
+            outcome = {k: (ErrorCode.invalid_request, "Only preferred leader elections are supported")
+                       for k in (every if wanted is None else wanted)}
         else:
-            err, record = elect_preferred(image, t, index)
-            outcome[(name, index)] = (err, None)
-            if record is not None:
-                records.append(record)
-    if records:
-        try:
-            await submit(broker, records)
-        except AdminError as e:
-            outcome = {k: (e.code, str(e)) if err == 0 else (err, msg) for k, (err, msg) in outcome.items()}
+            outcome = {k: (err, None) for k, err in (await submit(broker, elect_preferred_operation(wanted))).items()}
+    except AdminError as e:                  # NOT_CONTROLLER: for each partition asked for, or for the request
+        top_error, outcome = (e.code, {}) if wanted is None else (0, {k: (e.code, str(e)) for k in wanted})
     if body.topic_partitions is None:        # Kafka lists only the partitions it changed or failed for
         outcome = {k: r for k, r in outcome.items() if r[0] != ErrorCode.election_not_needed}
     topics: dict[str, list] = {}
     for (name, index), (err, msg) in outcome.items():
         topics.setdefault(name, []).append({"partition_id": index, "error_code": err, "error_message": msg})
     return kio_codec.encode_response(API_KEY, v, {
-        "throttle_time": 0, "error_code": 0,
+        "throttle_time": 0, "error_code": top_error,
         "replica_election_results": [{"topic": n, "partition_result": ps} for n, ps in topics.items()]})

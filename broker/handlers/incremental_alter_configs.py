@@ -2,7 +2,7 @@
 cluster-wide default) and GROUP configs, through the metadata log (broker/config_admin.py)."""
 from __future__ import annotations
 
-from broker.config_admin import alter_all, apply_ops, current_configs
+from broker.config_admin import alter_all, apply_ops
 from protocol import kio_codec
 
 API_KEY = 44
@@ -14,6 +14,6 @@ FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
-    out = await alter_all(broker, body.resources, lambda r: apply_ops(
-        current_configs(broker, r.resource_type, r.resource_name), r.configs), body.validate_only)
+    out = await alter_all(broker, body.resources, lambda r, current: apply_ops(current, r.configs),
+                          body.validate_only)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "responses": out})

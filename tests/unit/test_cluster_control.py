@@ -21,6 +21,11 @@ from protocol.errors import ErrorCode
 TOPIC_ID = uuid.UUID(int=0xA11CE).hex
 
 
+def append_op(records):
+    """A controller operation that appends `records` whatever the image (test set-up)."""
+    return lambda image: (list(records), None)
+
+
 def _endpoints(b: int) -> list[tuple[str, str, int]]:
     return [("PLAINTEXT", f"broker-{b}", 9092 + b)]
 
@@ -268,7 +273,7 @@ def test_alter_partition_to_the_same_isr_writes_nothing(alter_image):
 # ---- ClusterControl ---------------------------------------------------------------------------------------------
 
 class FakeController:
-    """The part of ObjectStoreController that ClusterControl uses: submit applies a batch to the image."""
+    """The part of ObjectStoreController that ClusterControl uses: run applies an operation's records to the image."""
 
     def __init__(self, image: MetadataImage):
         self.image = image
@@ -276,11 +281,12 @@ class FakeController:
         self.active = True
         self.batches: list[list] = []
 
-    async def submit(self, records):
-        records = list(records)
-        self.batches.append(records)
-        self.image = self.image.apply(records)
-        return self.image
+    async def run(self, operation):
+        records, answer = operation(self.image)
+        if records:
+            self.batches.append(list(records))
+            self.image = self.image.apply(records)
+        return answer
 
 
 class FakeClock:
@@ -338,7 +344,7 @@ async def test_new_incarnation_fences_the_old_one_and_gets_a_new_epoch():
     ctl, clock, cc = _control()
     e1 = await _register_unfenced(cc, ctl, 1)
     await _register_unfenced(cc, ctl, 2)
-    await ctl.submit([PartitionRecord(TOPIC_ID, 0, [1, 2], [1, 2], 1, 0, 0)])
+    await ctl.run(append_op([PartitionRecord(TOPIC_ID, 0, [1, 2], [1, 2], 1, 0, 0)]))
     e1b = await cc.register(1, "inc-1-b", None, _endpoints(1))
     assert e1b == ctl.image.offset and e1b > e1
     assert ctl.image.brokers[1].fenced
@@ -352,7 +358,7 @@ async def test_controlled_shutdown_fences_and_moves_leadership():
     ctl, clock, cc = _control()
     e1 = await _register_unfenced(cc, ctl, 1)
     await _register_unfenced(cc, ctl, 2)
-    await ctl.submit([PartitionRecord(TOPIC_ID, 0, [1, 2], [1, 2], 1, 3, 3)])
+    await ctl.run(append_op([PartitionRecord(TOPIC_ID, 0, [1, 2], [1, 2], 1, 3, 3)]))
     assert await cc.heartbeat(1, e1, ctl.image.offset, True) == (0, True, True, True)
     assert ctl.image.brokers[1].fenced
     p = _part(ctl.image)
@@ -372,8 +378,8 @@ async def test_cluster_control_alter_partition_applies_the_accepted_changes():
     ctl, clock, cc = _control()
     e1 = await _register_unfenced(cc, ctl, 1)
     await _register_unfenced(cc, ctl, 2)
-    await ctl.submit([PartitionRecord(TOPIC_ID, 0, [1, 2], [1, 2], 1, 2, 5),
-                      PartitionRecord(TOPIC_ID, 1, [1, 2], [1], 1, 2, 5)])
+    await ctl.run(append_op([PartitionRecord(TOPIC_ID, 0, [1, 2], [1, 2], 1, 2, 5),
+                      PartitionRecord(TOPIC_ID, 1, [1, 2], [1], 1, 2, 5)]))
     ok, bad = await cc.alter_partition(1, e1, [(TOPIC_ID, 0, 2, 5, [1]), (TOPIC_ID, 1, 2, 4, [1, 2])])
     assert ok.error_code == 0 and ok.partition.isr == (1,) and ok.partition.partition_epoch == 6
     assert bad.error_code == ErrorCode.invalid_update_version
@@ -394,7 +400,7 @@ async def test_expired_session_fences_the_broker_and_moves_its_leadership():
     ctl, clock, cc = _control(session_timeout_ms=100)
     await _register_unfenced(cc, ctl, 1)
     e2 = await _register_unfenced(cc, ctl, 2)
-    await ctl.submit([PartitionRecord(TOPIC_ID, 0, [1, 2], [1, 2], 1, 0, 0)])
+    await ctl.run(append_op([PartitionRecord(TOPIC_ID, 0, [1, 2], [1, 2], 1, 0, 0)]))
     clock.now += 0.09
     await cc.heartbeat(2, e2, ctl.image.offset, False)           # broker 2 keeps its session
     await _one_session_check(cc)

@@ -16,6 +16,11 @@ from metadata.records import (TOPIC_RESOURCE, ConfigRecord, Envelope, PartitionR
 TID = uuid.uuid4().hex
 
 
+
+def append_op(records):
+    """A controller operation that appends `records` whatever the image (test set-up)."""
+    return lambda image: (list(records), None)
+
 def _topic(name="t", tid=TID, partitions=2):
     return [TopicRecord(name, tid), *(PartitionRecord(tid, p, [1], [1], 1) for p in range(partitions))]
 
@@ -29,7 +34,8 @@ def test_image_is_built_by_applying_records_and_never_changes():
     assert (t.partitions, t.configs, t.uuid.hex, one.offset) == (2, {"retention.ms": "5"}, TID, 4)
     assert one.by_id(uuid.UUID(TID)) is t and t.partition(1).leader == 1 and t.partition(2) is None
     assert one.brokers[1].rack == "a" and one.brokers[1].endpoint() == ("h", 9092)
-    two = one.apply([PartitionRecord(TID, 1, [1, 2], [1], 1, leader_epoch=3), PartitionRecord(TID, 2, [1], [1], 1),
+    two = one.apply([PartitionRecord(TID, 1, [1, 2], [1], 1, leader_epoch=3, partition_epoch=1),
+                     PartitionRecord(TID, 2, [1], [1], 1),
                      ConfigRecord(TOPIC_RESOURCE, "t", "retention.ms", None)])
     assert one.get("t").partition(1).leader_epoch == 0 and one.get("t").configs == {"retention.ms": "5"}
     assert two.get("t").partitions == 3 and two.get("t").partition(1).replicas == (1, 2)
@@ -48,6 +54,32 @@ def test_image_is_built_by_applying_records_and_never_changes():
 def test_records_that_do_not_fit_the_image_are_refused(bad):
     with pytest.raises(ValueError):
         MetadataImage().apply(bad)
+
+
+@pytest.mark.parametrize("change, why", [
+    ((1, 5, 1), "partition epoch 1 does not follow 1"),           # computed from the image before the last change
+    ((4, 5, 1), "partition epoch 4 does not follow 1"),
+    ((2, 4, 1), "leader 1 at epoch 4 after leader 1 at epoch 5"),  # a leader epoch going back
+    ((2, 5, 2), "leader 2 at epoch 5 after leader 1 at epoch 5"),  # a new leader without a new epoch
+])
+def test_a_partition_change_must_follow_the_current_state(change, why):
+    """KRaft's rule: each change of a partition carries the next partition epoch, and the leader epoch never goes back
+    (and grows with every new leader), so a change decided from an older image is refused, not applied over a newer
+    one."""
+    image = MetadataImage().apply([*_topic(), PartitionRecord(TID, 0, [1, 2], [1, 2], 1, 5, 1)])
+    partition_epoch, leader_epoch, leader = change
+    with pytest.raises(ValueError, match=why):
+        image.apply([PartitionRecord(TID, 0, [1, 2], [1, 2], leader, leader_epoch, partition_epoch)])
+    ok = image.apply([PartitionRecord(TID, 0, [1, 2], [2], 2, 6, 2)])
+    assert ok.get("t").partition(0).leader_epoch == 6
+
+
+def test_producer_id_blocks_only_move_up():
+    image = MetadataImage().apply([ProducerIdsRecord(1, 2000)])
+    for stale in (1000, 2000):
+        with pytest.raises(ValueError, match="not above 2000"):
+            image.apply([ProducerIdsRecord(2, stale)])
+    assert image.apply([ProducerIdsRecord(2, 3000)]).next_producer_id == 3000
 
 
 def test_log_replays_and_cuts_a_torn_tail(tmp_path):
@@ -70,9 +102,9 @@ async def test_controller_validates_appends_publishes_and_reloads(tmp_path):
     c = LocalController(tmp_path, 1)
     seen = []
     c.add_publisher(lambda old, new: seen.append((old.offset, new.offset)))
-    await c.submit(_topic())
+    await c.run(append_op(_topic()))
     with pytest.raises(ValueError):
-        await c.submit([*_topic()])                        # exists already: nothing written, nothing published
+        await c.run(append_op([*_topic()]))                        # exists already: nothing written, nothing published
     assert seen == [(-1, 2)]
     assert await c.allocate_producer_ids(1) == 0 and await c.allocate_producer_ids(1) == PRODUCER_ID_BLOCK
     reopened = LocalController(tmp_path, 1)

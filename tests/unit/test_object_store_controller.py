@@ -23,6 +23,11 @@ def topic(name: str, partitions: int = 2) -> list:
     return [TopicRecord(name, tid), *(PartitionRecord(tid, p, [1, 2], [1, 2], 1) for p in range(partitions))]
 
 
+def append_op(records):
+    """A controller operation that appends `records` whatever the image (test set-up)."""
+    return lambda image: (list(records), None)
+
+
 class Clock:
     def __init__(self):
         self.now = 1000.0
@@ -154,8 +159,8 @@ async def test_failover_fences_the_deposed_controller_and_followers_apply_in_ord
     await c2.start()
     await follower.start()
     with pytest.raises(NotControllerError):
-        await c2.submit(topic("refused"))
-    await c1.submit(topic("t1"))
+        await c2.run(append_op(topic("refused")))
+    await c1.run(append_op(topic("t1")))
     await wait_for(lambda: c2.image.get("t1") is not None and follower.image.get("t1") is not None)
 
     # c1 hangs (its loop stops: no renewals) but still believes in its lease, as a paused process would
@@ -164,9 +169,9 @@ async def test_failover_fences_the_deposed_controller_and_followers_apply_in_ord
     c1.lease.clock = lambda: frozen
     await wait_for(lambda: c2.active, timeout=timeout * 10)
     assert c2.image.controller_id == 2 and c2.epoch == 2
-    await c2.submit(topic("t2"))
+    await c2.run(append_op(topic("t2")))
     with pytest.raises(NotControllerError, match="lost the controller role to 2"):
-        await c1.submit(topic("from-the-deposed"))
+        await c1.run(append_op(topic("from-the-deposed")))
     assert not c1.active and c1.image.get("t2") is not None
     await wait_for(lambda: follower.image.get("t2") is not None)
     assert follower.image.get("from-the-deposed") is None and follower.image.controller_id == 2
@@ -205,7 +210,7 @@ async def test_a_controller_past_its_lease_answers_not_controller_before_its_loo
     resp = decode_response(63, 0, await serve(broker, 63, 0, answer, refusal))
     assert resp.error_code == 41 and resp.is_fenced and len(answered) == 1          # NOT_CONTROLLER, not asked
     with pytest.raises(NotControllerError):
-        await c.submit(topic("refused"))
+        await c.run(append_op(topic("refused")))
     await c.stop()
 
 
@@ -217,14 +222,14 @@ async def test_clean_stop_hands_over_without_waiting_and_snapshots_bound_the_log
     await wait_for(lambda: c1.active)
     await c2.start()
     for i in range(4):
-        await c1.submit(topic(f"t{i}", 4))
+        await c1.run(append_op(topic(f"t{i}", 4)))
     await wait_for(lambda: c1._snapshot_task is None)
     snaps = await list_all(store, "metadata/snapshot/")
     batches = await list_all(store, "metadata/log/")
     assert snaps and len(batches) < 5                      # a snapshot replaced the batches before it
     await c1.stop()                                        # resigns: the standby need not wait 60 s
     await wait_for(lambda: c2.active, timeout=10)
-    await c2.submit(topic("after-handover"))
+    await c2.run(append_op(topic("after-handover")))
     fresh = ObjectStoreController(make_store(), 3, controller_role=False)
     await fresh.start()
     assert all(fresh.image.get(n) is not None for n in ("t0", "t3", "after-handover"))
@@ -239,6 +244,6 @@ async def test_records_that_do_not_apply_are_refused_before_anything_is_written(
     await wait_for(lambda: c.active)
     before = len(await list_all(store, "metadata/log/"))
     with pytest.raises(ValueError):
-        await c.submit([PartitionRecord(uuid.uuid4().hex, 0, [1], [1], 1)])
+        await c.run(append_op([PartitionRecord(uuid.uuid4().hex, 0, [1], [1], 1)]))
     assert len(await list_all(store, "metadata/log/")) == before and c.active
     await c.stop()
