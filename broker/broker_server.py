@@ -130,6 +130,7 @@ class Broker:
         self._server: asyncio.AbstractServer | None = None
         self._starting: asyncio.Task | None = None
         self._peer_connections: dict[int, BrokerConnection] = {}
+        self.started_at = 0.0                   # event-loop time of start()
 
     def request_name(self, api_key: int) -> str:
         """Kafka's ApiKeys name of an API (Produce, ListOffsets, ...), from its handler module's name."""
@@ -195,18 +196,41 @@ class Broker:
         self.controller.append(topic_records(name, place(self.topics.image, partitions, 1), configs))
         return self.topics.get(name)
 
-    async def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str],
-                                    replication_factor: int) -> None:
-        """Cluster: create an internal topic through the controller (Kafka's AutoTopicCreationManager), with
-        `replication_factor` once that many brokers are unfenced, or with every unfenced broker after a grace
-        period of one session timeout (a smaller cluster)."""
-        started = asyncio.get_running_loop().time()
-        grace = self.config.get_int("broker.session.timeout.ms") / 1000
+    def internal_topic(self, name: str) -> tuple[int, dict[str, str], int] | None:
+        """(partitions, configs, replication factor) of an internal topic this broker's services keep their state
+        in, or None for any other name. Whoever asks first (the broker starting its services, or a client's
+        Metadata request that allows auto-creation) creates it with these, never with num.partitions and
+        default.replication.factor (Kafka's AutoTopicCreationManager.creatableTopic)."""
+        from broker.groups.metadata_store import OFFSETS_TOPIC
+        if name == OFFSETS_TOPIC:
+            store = self.groups.store
+            return store.num_partitions, store.topic_configs(), self.config.get_int("offsets.topic.replication.factor")
+        if self.remote_log_manager is not None:
+            from storage.tiered.remote_log_metadata import REMOTE_LOG_METADATA_TOPIC
+            if name == REMOTE_LOG_METADATA_TOPIC:
+                rlmm = self.remote_log_manager.rlmm
+                return rlmm.num_partitions, rlmm.topic_configs(), \
+                    self.config.get_int("remote.log.metadata.topic.replication.factor")
+        return None
+
+    def internal_replication_factor(self, wanted: int) -> int | None:
+        """An internal topic's replication factor now: `wanted` once that many brokers are unfenced, or every
+        unfenced broker once this broker has been up for a session timeout (a smaller cluster); None until then."""
+        alive = len(usable_brokers(self.topics.image))
+        if not self.cluster_mode:
+            return 1                             # one broker: its internal topics have one replica
+        waited = asyncio.get_running_loop().time() - self.started_at
+        if alive >= wanted or (alive and waited > self.config.get_int("broker.session.timeout.ms") / 1000):
+            return min(wanted, alive)
+        return None
+
+    async def ensure_internal_topic(self, name: str) -> None:
+        """Cluster: create an internal topic through the controller (Kafka's AutoTopicCreationManager), with its
+        own settings, once internal_replication_factor allows."""
+        partitions, configs, wanted = self.internal_topic(name)
         while self.topics.get(name) is None:
-            alive = len(usable_brokers(self.topics.image))
-            waited = asyncio.get_running_loop().time() - started
-            if alive >= replication_factor or (alive and waited > grace):
-                rf = min(replication_factor, alive)
+            rf = self.internal_replication_factor(wanted)
+            if rf is not None:
                 err = await create_through_controller(self, name, partitions, rf, configs)
                 if err == 0:
                     log.info("created internal topic %s: %d partitions, replication factor %d", name, partitions, rf)
@@ -216,6 +240,7 @@ class Broker:
                 await asyncio.sleep(0.2)
 
     async def start(self) -> None:
+        self.started_at = asyncio.get_running_loop().time()
         if self.cluster_mode:
             await self._start_cluster_member()
         else:
@@ -258,15 +283,11 @@ class Broker:
         await self.lifecycle.registered.wait()
         await self.controller_channel.wait_for_offset(self.lifecycle.broker_epoch, timeout=3600)
         self._start_replicas()
-        offsets_rf = self.config.get_int("offsets.topic.replication.factor")
         from broker.groups.metadata_store import OFFSETS_TOPIC
-        store = self.groups.store
-        await self.ensure_internal_topic(OFFSETS_TOPIC, store.num_partitions, store.topic_configs(), offsets_rf)
+        await self.ensure_internal_topic(OFFSETS_TOPIC)
         if self.remote_log_manager is not None:
             from storage.tiered.remote_log_metadata import REMOTE_LOG_METADATA_TOPIC
-            rlmm = self.remote_log_manager.rlmm
-            await self.ensure_internal_topic(REMOTE_LOG_METADATA_TOPIC, rlmm.num_partitions, rlmm.topic_configs(),
-                                             self.config.get_int("remote.log.metadata.topic.replication.factor"))
+            await self.ensure_internal_topic(REMOTE_LOG_METADATA_TOPIC)
         self._start_internal_users()
         log.info("broker %d joined the cluster", self.node_id)
 

@@ -58,6 +58,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "broker.heartbeat.interval.ms": "2000",
     "broker.session.timeout.ms": "9000",
     "replica.lag.time.max.ms": "30000",
+    "replica.high.watermark.checkpoint.interval.ms": "5000",
     "replica.fetch.wait.max.ms": "500",
     "replica.fetch.min.bytes": "1",
     "replica.fetch.max.bytes": "1048576",

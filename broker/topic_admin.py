@@ -214,17 +214,24 @@ async def create_through_controller(broker, name: str, partitions: int, replicat
 
 
 async def auto_create(broker, name: str) -> tuple[int, object | None]:
-    """Metadata-triggered creation (auto.create.topics.enable) with num.partitions and default.replication.factor.
-    A broker that is not the controller asks the controller with a CreateTopics request, as Kafka's
-    AutoTopicCreationManager does."""
+    """Metadata-triggered creation (auto.create.topics.enable): num.partitions and default.replication.factor, or an
+    internal topic's own settings (broker.internal_topic); LEADER_NOT_AVAILABLE (retriable) while an internal topic
+    waits for its brokers. A broker that is not the controller asks the controller with a CreateTopics request, as
+    Kafka's AutoTopicCreationManager does."""
+    internal = broker.internal_topic(name)
+    partitions, configs, rf = internal if internal is not None else (-1, {}, -1)
+    if internal is not None:
+        rf = broker.internal_replication_factor(rf)
+        if rf is None:
+            return ErrorCode.leader_not_available, None
     if not broker.controller.active:
-        err = await create_through_controller(broker, name, -1, -1, {})
+        err = await create_through_controller(broker, name, partitions, rf, configs)
         if err not in (0, ErrorCode.topic_already_exists):
             return err, None
         info = broker.topics.get(name)
         return (0, info) if info is not None else (ErrorCode.leader_not_available, None)
     try:
-        await create_topic(broker, name, -1, -1)
+        await create_topic(broker, name, partitions, rf, configs=configs)
         return 0, broker.topics.get(name)
     except AdminError as e:
         return e.code, None

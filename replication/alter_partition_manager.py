@@ -37,28 +37,29 @@ class AlterPartitionManager:
             topics.setdefault(part.topic_id, []).append({
                 "partition_index": part.index, "leader_epoch": part.leader_epoch, "new_isr": list(isr),
                 "partition_epoch": part.partition_epoch})
-        by_key = {(part.topic_id, part.index): part for part, _ in batch}
+        by_key = {(part.topic_id, part.index): (part, isr) for part, isr in batch}
         try:
             resp = await self.send(ALTER_PARTITION, VERSION, {
                 "broker_id": self.node_id, "broker_epoch": self.broker_epoch(),
                 "topics": [{"topic_id": uuid.UUID(tid), "partitions": ps} for tid, ps in topics.items()]})
         except Exception as e:
             log.warning("AlterPartition for %d partition(s) failed: %s", len(batch), e)
-            for part, _ in batch:
-                part.alter_isr_done(ErrorCode.unknown_server_error)
+            for part, isr in batch:            # the change may or may not have been made: the partition retries
+                part.alter_isr_done(ErrorCode.unknown_server_error, proposed=isr)
             return
         answered = set()
         for t in resp.topics:
             for p in t.partitions:
-                part = by_key.get((t.topic_id.hex, p.partition_index))
-                if part is None:
+                sent = by_key.get((t.topic_id.hex, p.partition_index))
+                if sent is None:
                     continue
+                part, isr = sent
                 answered.add((t.topic_id.hex, p.partition_index))
                 state = SimpleNamespace(leader_epoch=p.leader_epoch, isr=tuple(p.isr),
                                         partition_epoch=p.partition_epoch, replicas=part.replicas)
-                part.alter_isr_done(int(p.error_code), state)
-        for key, part in by_key.items():
+                part.alter_isr_done(int(p.error_code), state, proposed=isr)
+        for key, (part, isr) in by_key.items():
             if key not in answered:
-                part.alter_isr_done(int(resp.error_code) or ErrorCode.unknown_server_error)
+                part.alter_isr_done(int(resp.error_code) or ErrorCode.unknown_server_error, proposed=isr)
         if self._queue and (self._task is None or self._task.done() or self._task is asyncio.current_task()):
             self._task = asyncio.get_running_loop().create_task(self._flush())

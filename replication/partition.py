@@ -13,12 +13,24 @@ import logging
 from protocol.errors import ApiError, ErrorCode
 from protocol.record_batch import compute_crc, iter_batches
 from replication.remote_wal import RECORDS
-from storage.log.log import AppendResult, Log, OffsetOutOfRangeError
+from storage.log.log import AppendResult, Log, OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from storage.tiered.remote_log_metadata import RemoteStorageException
 
 log = logging.getLogger("strata.partition")
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+ALTER_PARTITION_RETRY_BACKOFF = 0.1        # seconds (Kafka's retry.backoff.ms default)
+_RESET_PENDING_ISR = frozenset({ErrorCode.operation_not_attempted, ErrorCode.ineligible_replica})
+_AWAIT_METADATA = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id,
+                             ErrorCode.fenced_leader_epoch, ErrorCode.invalid_update_version,
+                             ErrorCode.invalid_request, ErrorCode.new_leader_elected})
+
+
+def _error_name(error: int) -> str:
+    try:
+        return ErrorCode(error).name
+    except ValueError:
+        return str(error)
 
 
 class AlterPartitionListener:
@@ -35,10 +47,11 @@ class Partition:
     __slots__ = ("topic", "index", "log", "leader_epoch", "waiters", "remote", "local_broker_id", "isr",
                  "follower_end_offsets", "leader_id", "replicas", "partition_epoch", "topic_id", "last_caught_up",
                  "pending_isr", "hw_waiters", "alter_isr", "_leo_at_last_fetch", "wal", "closed", "isr_listener",
-                 "follower_start_offsets", "leader_epoch_start_offset")
+                 "follower_start_offsets", "leader_epoch_start_offset", "alive_brokers", "low_watermark_waiters")
 
     def __init__(self, topic: str, index: int, plog: Log, *, leader_epoch: int = 0, local_broker_id: int = -1,
-                 remote=None, topic_id: str = "", alter_isr=None, isr_listener: AlterPartitionListener | None = None):
+                 remote=None, topic_id: str = "", alter_isr=None, isr_listener: AlterPartitionListener | None = None,
+                 alive_brokers=None):
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
@@ -62,7 +75,13 @@ class Partition:
         self._leo_at_last_fetch: dict[int, tuple[int, float]] = {}
         self.wal = None                           # replication.remote_wal.PartitionWal when a fast store is set
         self.closed = False                       # removed from this broker (deleted, reassigned away, shut down)
-        self.maybe_increment_high_watermark()
+        # the registered, unfenced brokers (a callable returning a set; None: every replica counts): DeleteRecords
+        # waits for the log start of these replicas only, as Kafka's lowWatermarkIfLeader does
+        self.alive_brokers = alive_brokers
+        self.low_watermark_waiters: list[tuple[int, asyncio.Future]] = []   # DeleteRecords: (offset, fut)
+        # The high watermark is the log's, restored from the replication-offset checkpoint by the ReplicaManager:
+        # not the log end, which a restarted follower would otherwise serve to KIP-392 consumers. Becoming leader
+        # raises it from there.
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index}, epoch={self.leader_epoch})"
@@ -198,27 +217,31 @@ class Partition:
     def fail_waiters(self) -> None:
         """This replica stops leading (or goes away): parked acks=all produces get NOT_LEADER_OR_FOLLOWER, parked
         fetches wake up and see the new state."""
-        for _, fut in self.hw_waiters:
+        for _, fut in self.hw_waiters + self.low_watermark_waiters:
             if not fut.done():
                 fut.set_result(ErrorCode.not_leader_or_follower)
-        self.hw_waiters = []
+        self.hw_waiters, self.low_watermark_waiters = [], []
         self.wake_waiters()
 
     def update_isr_state(self, state) -> None:
         """A leader's ISR or partition epoch changed in the image without a leader change (its own AlterPartition
-        applied, or the controller fenced a follower)."""
-        if state.partition_epoch >= self.partition_epoch:
-            before = self.isr
-            self.isr, self.partition_epoch = tuple(state.isr), state.partition_epoch
-            self.replicas = tuple(state.replicas)
-            if self.pending_isr is not None and set(self.pending_isr) == set(self.isr):
-                self.pending_isr = None              # our change is committed (by the image or the response)
-                if self.isr_listener is not None:
-                    if len(self.isr) < len(before):
-                        self.isr_listener.shrinks += 1
-                    elif len(self.isr) > len(before):
-                        self.isr_listener.expands += 1
-            self.maybe_increment_high_watermark()
+        applied, or the controller fenced a follower). A newer committed state replaces any proposal in flight: it
+        is either that proposal (counted as committed) or a change the controller made since, which the proposal
+        was not based on (Kafka's makeLeader / handleAlterPartitionUpdate)."""
+        if state.partition_epoch <= self.partition_epoch:
+            return                                   # what we know already (the response or the image came first)
+        before = self.isr
+        self.isr, self.partition_epoch = tuple(state.isr), state.partition_epoch
+        self.replicas = tuple(state.replicas)
+        if self.pending_isr is not None:
+            if set(self.pending_isr) == set(self.isr) and self.isr_listener is not None:
+                if len(self.isr) < len(before):
+                    self.isr_listener.shrinks += 1
+                elif len(self.isr) > len(before):
+                    self.isr_listener.expands += 1
+            self.pending_isr = None
+        if self.maybe_increment_high_watermark():
+            self.wake_waiters()
 
     # ---- leader: followers' fetch state and the ISR --------------------------------------------------------------
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now: float, log_start: int = -1) -> None:
@@ -237,6 +260,8 @@ class Partition:
         self.follower_start_offsets[replica_id] = log_start
         if self.maybe_increment_high_watermark():
             self.wake_waiters()
+        if self.low_watermark_waiters:
+            self._complete_low_watermark_waiters()
         if replica_id not in self.isr and self.pending_isr is None and replica_id in self.replicas and \
                 fetch_offset >= self.log.high_watermark and \
                 fetch_offset >= self.log.epoch_start_offset(self.leader_epoch):
@@ -260,18 +285,42 @@ class Partition:
         self.pending_isr = new_isr
         self.alter_isr(self, new_isr)
 
-    def alter_isr_done(self, error: int, state=None) -> None:
-        """The controller's answer to our AlterPartition: take the committed state, or forget the attempt (the next
-        fetch or check tries again; an epoch mismatch means the image will bring the new state)."""
-        if error == 0 and state is not None and state.leader_epoch == self.leader_epoch:
-            self.update_isr_state(state)         # counts the change unless the image committed it first
-            self.pending_isr = None
+    def alter_isr_done(self, error: int, state=None, proposed: tuple[int, ...] | None = None) -> None:
+        """The controller's answer to our AlterPartition for `proposed` (Kafka's Partition.submitAlterPartition
+        callbacks). The pending ISR is what the high watermark waits for, so it is only dropped when it is certain
+        the change was not made:
+
+        - committed: take the state (unless the leader epoch moved on: the image brings that);
+        - OPERATION_NOT_ATTEMPTED, INELIGIBLE_REPLICA: the controller refused it; back to the committed ISR;
+        - FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, UNKNOWN_TOPIC_*, INVALID_REQUEST, NEW_LEADER_ELECTED: our
+          state is stale; keep the maximal ISR until the image brings the partition's new state;
+        - anything else (NOT_CONTROLLER, a lost connection, a timeout): the change may or may not have been made;
+          keep the maximal ISR and send it again.
+        An answer to an older proposal than the one pending now is ignored."""
+        if proposed is not None and self.pending_isr is not proposed:
             return
-        self.pending_isr = None
+        if error == 0:
+            if state is not None and state.leader_epoch == self.leader_epoch:
+                self.update_isr_state(state)     # counts the change unless the image committed it first
+            return
         if self.isr_listener is not None:
             self.isr_listener.failed += 1
-        if error:
-            log.info("%s-%d: AlterPartition failed with error %d", self.topic, self.index, error)
+        if error in _RESET_PENDING_ISR:
+            log.info("%s-%d: AlterPartition to %s refused (%s): back to the ISR %s", self.topic, self.index,
+                     self.pending_isr, ErrorCode(error).name, self.isr)
+            self.pending_isr = None
+        elif error in _AWAIT_METADATA:
+            log.info("%s-%d: AlterPartition to %s failed with %s: waiting for the metadata", self.topic, self.index,
+                     self.pending_isr, ErrorCode(error).name)
+        else:
+            pending = self.pending_isr
+            log.info("%s-%d: AlterPartition to %s failed with %s: sending it again", self.topic, self.index, pending,
+                     _error_name(error))
+            asyncio.get_running_loop().call_later(ALTER_PARTITION_RETRY_BACKOFF, self._resend_pending_isr, pending)
+
+    def _resend_pending_isr(self, pending: tuple[int, ...] | None) -> None:
+        if pending is not None and self.pending_isr is pending and self.is_leader and not self.closed:
+            self.alter_isr(self, pending)
 
     def wake_waiters(self) -> None:
         if self.waiters:
@@ -438,8 +487,41 @@ class Partition:
             found = self.log.fetch_offset_by_timestamp(timestamp)
         return self._checked(*(self._found(*found) if found else (0, -1, -1, -1)))
 
+    def low_watermark(self) -> int:
+        """The smallest log start offset over this leader and its followers on live brokers (Kafka's
+        lowWatermarkIfLeader): what DeleteRecords answers once every replica deleted the records. A follower that has
+        not fetched since we became leader counts as unknown (-1)."""
+        low = self.log.log_start_offset
+        alive = self.alive_brokers() if self.alive_brokers is not None else None
+        for r in self.replicas:
+            if r != self.local_broker_id and (alive is None or r in alive):
+                low = min(low, self.follower_start_offsets.get(r, -1))
+        return low
+
+    def wait_for_low_watermark(self, offset: int) -> asyncio.Future | None:
+        """DeleteRecords (Kafka's DelayedDeleteRecords): a future that completes with 0 once every live replica's log
+        starts at `offset` or later (each follower learns the leader's log start from its fetches), or with
+        NOT_LEADER_OR_FOLLOWER if this replica stops leading first; None when that is so already."""
+        if self.low_watermark() >= offset:
+            return None
+        fut = asyncio.get_running_loop().create_future()
+        self.low_watermark_waiters.append((offset, fut))
+        return fut
+
+    def _complete_low_watermark_waiters(self) -> None:
+        low = self.low_watermark()
+        keep = []
+        for offset, fut in self.low_watermark_waiters:
+            if fut.done():
+                continue
+            if offset <= low:
+                fut.set_result(0)
+            else:
+                keep.append((offset, fut))
+        self.low_watermark_waiters = keep
+
     def delete_records_on_leader(self, offset: int) -> int:
-        """DeleteRecords: move the log start to `offset` (-1 = the high watermark); returns the low watermark.
+        """DeleteRecords: move the log start to `offset` (-1 = the high watermark); returns the new log start.
         Kafka refuses it on compacted-only topics (POLICY_VIOLATION) and beyond the high watermark."""
         policy = self.log.config.cleanup_policy
         if "delete" not in policy:
@@ -470,10 +552,29 @@ class Partition:
         if end != len(records):
             raise ApiError(ErrorCode.corrupt_message, f"replicated records of {self.topic}-{self.index} end in a "
                                                       f"partial batch")
-        result = self.log.append_as_follower(records, headers)
+        try:
+            result = self.log.append_as_follower(records, headers)
+        except UnexpectedAppendOffsetError:
+            # Kafka's doAppendRecordsToFollowerOrFutureReplica: an empty log whose start (the leader's log start,
+            # moved by DeleteRecords into the middle of a batch) falls inside the first batch starts over at that
+            # batch's first offset; any other mismatch is the fetcher's to handle.
+            first, last, leo = headers[0].base_offset, headers[-1].last_offset, self.log.log_end_offset
+            if not (leo == self.log.log_start_offset and first < leo <= last):
+                raise
+            log.info("%s-%d: the first batch from the leader starts at %d, below our log start %d: starting the "
+                     "log there", self.topic, self.index, first, leo)
+            self.log.restart_at(first)
+            result = self.log.append_as_follower(records, headers)
         if leader_high_watermark is not None:
             self.update_follower_high_watermark(leader_high_watermark)
         return result
+
+    def update_log_start_from_leader(self, leader_log_start: int) -> None:
+        """The leader's log start offset, from its fetch responses: DeleteRecords reaches the followers this way
+        (Kafka's maybeIncrementLogStartOffset with LeaderOffsetIncremented), never past our high watermark."""
+        target = min(leader_log_start, self.log.high_watermark)
+        if target > self.log.log_start_offset:
+            self.log.delete_records(target)
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         """Take the leader's HW, capped at our log end. Consumers fetching from this follower (KIP-392) are parked

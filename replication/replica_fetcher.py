@@ -71,12 +71,23 @@ class ReplicaFetcher:
         self.metrics = metrics            # replication.traffic_metrics.TrafficMetrics
         self.conn = BrokerConnection(*endpoint, client_id=f"strata-replica-{settings.node_id}")
         self.partitions: dict[tuple[str, int], float] = {}      # (topic, index) -> not before (backoff)
+        # what the request in flight asked for each partition: (the Partition, fetch offset, leader epoch); a response
+        # is applied only if the partition is still that replica at that offset and epoch (Kafka's
+        # AbstractFetcherThread check), so a late response never lands after a truncation, a new epoch or in a
+        # re-created topic's new replica
+        self._sent: dict[tuple[str, int], tuple[object, int, int]] = {}
+        self.failed: set[tuple[str, int]] = set()    # partitions whose records could not be applied (logged)
         self._wake = asyncio.Event()
         self._running = True
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{leader_id}")
 
+    @property
+    def alive(self) -> bool:
+        return not self._task.done()
+
     def add(self, topic: str, index: int) -> None:
         self.partitions[(topic, index)] = 0.0
+        self.failed.discard((topic, index))
         self._wake.set()
 
     def remove(self, topic: str, index: int) -> None:
@@ -93,6 +104,7 @@ class ReplicaFetcher:
     def _request(self, now: float):
         topics: dict[str, list] = {}
         parts = []
+        self._sent = {}
         for (topic, index), not_before in self.partitions.items():
             if not_before > now:
                 continue
@@ -105,6 +117,7 @@ class ReplicaFetcher:
                 log.info("%s-%d has no leader epochs: truncating to its high watermark %d", topic, index,
                          part.high_watermark)
                 part.truncate_to(part.high_watermark)
+            self._sent[(topic, index)] = (part, part.log_end_offset, part.leader_epoch)
             topics.setdefault(topic, []).append({
                 "partition": index, "current_leader_epoch": part.leader_epoch, "fetch_offset": part.log_end_offset,
                 "last_fetched_epoch": -1 if latest is None else latest, "log_start_offset": part.log_start_offset,
@@ -120,44 +133,83 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         while self._running:
-            now = time.monotonic()
-            body, parts = self._request(now)
-            if body is None:
-                self._wake.clear()
-                waits = [nb - now for nb in self.partitions.values() if now < nb < float("inf")]
-                try:
-                    await asyncio.wait_for(self._wake.wait(), min(waits) if waits else None)
-                except asyncio.TimeoutError:
-                    pass
-                continue
             try:
-                raw = await self.conn.send_raw(FETCH, FETCH_VERSION, encode_request(FETCH, FETCH_VERSION, body),
-                                               timeout=(self.settings.max_wait_ms + self.settings.socket_timeout_ms)
-                                               / 1000)
-                resp = decode_fetch_response(raw)
-            except (ConnectionFailed, OSError) as e:
-                log.info("fetch from broker %d failed: %s", self.leader_id, e)
-                await asyncio.sleep(self.settings.backoff_ms / 1000)
-                continue
+                await self._fetch_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("fetch from broker %d failed", self.leader_id)
+            except Exception:                  # never let one bad round stop every partition of this leader
+                log.exception("fetcher for broker %d: unexpected error; backing off", self.leader_id)
                 await asyncio.sleep(self.settings.backoff_ms / 1000)
-                continue
-            if resp.error_code:
-                log.info("fetch from broker %d: error %s", self.leader_id, ErrorCode(resp.error_code).name)
-                await asyncio.sleep(self.settings.backoff_ms / 1000)
-                continue
-            from_wal = []
-            for topic, partitions in resp.responses:
-                for p in partitions:
-                    if p.wal_pointers and p.error_code == 0 and p.diverging_epoch is None:
-                        from_wal.append((topic, p))
-                    else:
-                        self._process(topic, p)
-            if from_wal:
-                await self._from_wal(from_wal)
+
+    async def _fetch_once(self) -> None:
+        now = time.monotonic()
+        body, parts = self._request(now)
+        if body is None:
+            self._wake.clear()
+            waits = [nb - now for nb in self.partitions.values() if now < nb < float("inf")]
+            try:
+                await asyncio.wait_for(self._wake.wait(), min(waits) if waits else None)
+            except asyncio.TimeoutError:
+                pass
+            return
+        try:
+            raw = await self.conn.send_raw(FETCH, FETCH_VERSION, encode_request(FETCH, FETCH_VERSION, body),
+                                           timeout=(self.settings.max_wait_ms + self.settings.socket_timeout_ms)
+                                           / 1000)
+            resp = decode_fetch_response(raw)
+        except (ConnectionFailed, OSError) as e:
+            log.info("fetch from broker %d failed: %s", self.leader_id, e)
+            await asyncio.sleep(self.settings.backoff_ms / 1000)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("fetch from broker %d failed", self.leader_id)
+            await asyncio.sleep(self.settings.backoff_ms / 1000)
+            return
+        if resp.error_code:
+            log.info("fetch from broker %d: error %s", self.leader_id, ErrorCode(resp.error_code).name)
+            await asyncio.sleep(self.settings.backoff_ms / 1000)
+            return
+        sent, self._sent = self._sent, {}
+        from_wal = []
+        for topic, partitions in resp.responses:
+            for p in partitions:
+                key = (topic, p.partition_index)
+                part = self._current(key, sent.get(key))
+                if part is None:
+                    continue
+                if p.wal_pointers and p.error_code == 0 and p.diverging_epoch is None:
+                    from_wal.append((topic, p, sent[key]))
+                else:
+                    self._apply(part, key, lambda: self._process(topic, p, part))
+        if from_wal:
+            await self._from_wal(from_wal)
+
+    def _current(self, key, sent):
+        """The partition a response entry is for, if it is still in the state the request was made in."""
+        if sent is None or key not in self.partitions:
+            return None
+        part, offset, epoch = sent
+        current = self.replicas.get(*key)
+        if current is not part or part.closed or part.leader_id != self.leader_id or \
+                part.log_end_offset != offset or part.leader_epoch != epoch:
+            return None
+        return part
+
+    def _apply(self, part, key, step, backoff_ms: int | None = None) -> None:
+        """Run one partition's step; a failure other than a refused batch marks only that partition failed (Kafka's
+        markPartitionFailed): it is not fetched again until its leader or epoch changes, and the others go on."""
+        try:
+            step()
+        except ApiError as e:
+            log.warning("%s-%d: records from leader %d refused: %s", key[0], key[1], self.leader_id, e)
+            self.partitions[key] = time.monotonic() + (backoff_ms or self.settings.backoff_ms) / 1000
+        except Exception:
+            log.exception("%s-%d: applying the fetch from leader %d failed; the partition stops fetching until its "
+                          "leadership changes", key[0], key[1], self.leader_id)
+            self.partitions.pop(key, None)
+            self.failed.add(key)
 
     async def _from_wal(self, wanted: list) -> None:
         """KIP-1176: the leader sent pointers into the fast store instead of records; download them all together
@@ -169,58 +221,52 @@ class ReplicaFetcher:
             for topic, p in wanted:
                 self.partitions[(topic, p.partition_index)] = time.monotonic() + self.settings.backoff_ms / 1000
             return
-        results = await self.wal.download_all([(p.wal_store, p.wal_pointers) for _, p in wanted])
-        for (topic, p), result in zip(wanted, results):
+        results = await self.wal.download_all([(p.wal_store, p.wal_pointers) for _, p, _ in wanted])
+        for (topic, p, sent), result in zip(wanted, results):
             key = (topic, p.partition_index)
-            part = self.replicas.get(topic, p.partition_index)
-            if key not in self.partitions or part is None or part.closed or part.leader_id != self.leader_id:
+            part = self._current(key, sent)
+            if part is None:
                 continue
-            try:
-                if isinstance(result, WalDownloadError):
-                    raise result
-                append_chunks(part, result, p.high_watermark)
-            except (WalDownloadError, ApiError) as e:
+            if isinstance(result, WalDownloadError):
                 log.warning("%s-%d: WAL download from leader %d's pointers failed: %s", topic, p.partition_index,
-                            self.leader_id, e)
+                            self.leader_id, result)
                 self.partitions[key] = time.monotonic() + min(self.settings.backoff_ms, 200) / 1000
+                continue
+            def step(part=part, result=result, p=p):
+                append_chunks(part, result, p.high_watermark)
+                part.update_log_start_from_leader(p.log_start_offset)
+            self._apply(part, key, step, min(self.settings.backoff_ms, 200))
 
-    def _process(self, topic: str, p) -> None:
+    def _process(self, topic: str, p, part) -> None:
         key = (topic, p.partition_index)
-        part = self.replicas.get(topic, p.partition_index)
-        if key not in self.partitions or part is None or part.leader_id != self.leader_id:
-            return
         err = int(p.error_code)
-        try:
-            if err == 0:
-                div = p.diverging_epoch
-                if div is not None and div[1] >= -1 and (div[0] >= 0 or div[1] >= 0):
-                    offset, _ = truncation_offset(part, div[0], div[1])
-                    log.info("%s-%d diverged from leader %d at epoch %d (end offset %d): truncating to %d", topic,
-                             p.partition_index, self.leader_id, div[0], div[1], offset)
-                    part.truncate_to(offset)
-                    return
-                if p.records:
-                    if self.metrics is not None:
-                        self.metrics.replication_bytes_in.inc(len(p.records))
-                    part.append_records_to_follower(bytearray(p.records), p.high_watermark)
-                else:
-                    part.update_follower_high_watermark(p.high_watermark)
-            elif err == ErrorCode.offset_out_of_range and p.log_start_offset > part.log_end_offset:
-                log.info("%s-%d: leader %d's log starts at %d, above our end %d: starting there", topic,
-                         p.partition_index, self.leader_id, p.log_start_offset, part.log_end_offset)
-                part.restart_at(p.log_start_offset)
-            elif err == ErrorCode.offset_moved_to_tiered_storage and part.remote is not None:
-                self.partitions[key] = float("inf")              # until the leader's local start is known
-                asyncio.get_running_loop().create_task(self._start_from_remote(part, key, p.log_start_offset))
+        if err == 0:
+            div = p.diverging_epoch
+            if div is not None and div[1] >= -1 and (div[0] >= 0 or div[1] >= 0):
+                offset, _ = truncation_offset(part, div[0], div[1])
+                log.info("%s-%d diverged from leader %d at epoch %d (end offset %d): truncating to %d", topic,
+                         p.partition_index, self.leader_id, div[0], div[1], offset)
+                part.truncate_to(offset)
+                return
+            if p.records:
+                if self.metrics is not None:
+                    self.metrics.replication_bytes_in.inc(len(p.records))
+                part.append_records_to_follower(bytearray(p.records), p.high_watermark)
             else:
-                if err not in _RETRY_ON_METADATA:
-                    log.warning("%s-%d: fetch from leader %d failed with error %d", topic, p.partition_index,
-                                self.leader_id, err)
-                self.partitions[key] = time.monotonic() + self.settings.backoff_ms / 1000
-        except ApiError as e:
-            log.warning("%s-%d: records from leader %d refused: %s", topic, p.partition_index, self.leader_id, e)
+                part.update_follower_high_watermark(p.high_watermark)
+            part.update_log_start_from_leader(p.log_start_offset)
+        elif err == ErrorCode.offset_out_of_range and p.log_start_offset > part.log_end_offset:
+            log.info("%s-%d: leader %d's log starts at %d, above our end %d: starting there", topic,
+                     p.partition_index, self.leader_id, p.log_start_offset, part.log_end_offset)
+            part.restart_at(p.log_start_offset)
+        elif err == ErrorCode.offset_moved_to_tiered_storage and part.remote is not None:
+            self.partitions[key] = float("inf")              # until the leader's local start is known
+            asyncio.get_running_loop().create_task(self._start_from_remote(part, key, p.log_start_offset))
+        else:
+            if err not in _RETRY_ON_METADATA:
+                log.warning("%s-%d: fetch from leader %d failed with error %d", topic, p.partition_index,
+                            self.leader_id, err)
             self.partitions[key] = time.monotonic() + self.settings.backoff_ms / 1000
-
 
     async def _start_from_remote(self, part, key, leader_log_start: int) -> None:
         """OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): what we need lives only in the remote tier; ask the leader
@@ -267,7 +313,8 @@ class ReplicaFetcherManager:
             return
         fetcher = self.fetchers.get(leader_id)
         endpoint = self.endpoint_of(leader_id)
-        if fetcher is None or fetcher.conn.host != endpoint[0] or fetcher.conn.port != endpoint[1]:
+        if fetcher is None or not fetcher.alive or fetcher.conn.host != endpoint[0] or \
+                fetcher.conn.port != endpoint[1]:
             if fetcher is not None:
                 asyncio.get_running_loop().create_task(fetcher.stop())
                 moved = fetcher.partitions

@@ -21,6 +21,7 @@ from replication.remote_wal import PartitionWal
 from storage.cleaner.log_cleaner import LogCleaner
 from storage.log.files import deferred_fsyncs
 from storage.log.log import Log
+from storage.log.offset_checkpoint import REPLICATION_OFFSET_CHECKPOINT, read_offsets, write_offsets
 
 log = logging.getLogger("strata.replica_manager")
 
@@ -46,12 +47,15 @@ class ReplicaManager:
         self.remote_wal = None            # replication.remote_wal.RemoteWalManager when a fast store is set (KIP-1176)
         self.replica_lag_max = config.get_int("replica.lag.time.max.ms") / 1000
         self.isr_changes = AlterPartitionListener()   # ISR expands/shrinks/failed updates of leaders here (metrics)
+        self.hw_checkpoint_interval = config.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000
+        self._checkpointed_hws: dict[tuple[str, int], int] = {}      # as read at start-up, then as last written
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def startup(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         marker = self.log_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
+        self._checkpointed_hws = read_offsets(self.log_dir / REPLICATION_OFFSET_CHECKPOINT)
         t0 = time.monotonic()
         for t in self.topics.topics():
             cfg = None
@@ -68,6 +72,7 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._flush_loop()))
+        self._tasks.append(loop.create_task(self._checkpoint_loop()))
         if self.alter_partitions is not None:
             self._tasks.append(loop.create_task(self._isr_loop()))
         if self.config.get_bool("log.cleaner.enable"):     # log compaction: storage/cleaner/
@@ -86,6 +91,7 @@ class ReplicaManager:
                 if part.wal is not None:
                     part.wal.close()
                 part.log.close()
+        self.checkpoint_high_watermarks()
         (self.log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
         log.info("closed %d logs cleanly in %.2fs", len(self.partitions), time.monotonic() - t0)
 
@@ -95,8 +101,9 @@ class ReplicaManager:
         plog = Log(self.log_dir / f"{t.name}-{p}", cfg, clean_shutdown=clean,
                    remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg))
         alter = self.alter_partitions.submit if self.alter_partitions is not None else None
+        plog.update_high_watermark(self._checkpointed_hws.get((t.name, p), 0))
         part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm, topic_id=t.topic_id,
-                         alter_isr=alter, isr_listener=self.isr_changes)
+                         alter_isr=alter, isr_listener=self.isr_changes, alive_brokers=self._alive_brokers)
         if self.remote_wal is not None:
             part.wal = PartitionWal(self.remote_wal, plog.dir)
         self.partitions[(t.name, p)] = part
@@ -156,6 +163,21 @@ class ReplicaManager:
                 part.wal.close()
             part.log.delete()
         shutil.rmtree(self.log_dir / f"{topic}-{index}", ignore_errors=True)
+
+    def _alive_brokers(self) -> set[int] | None:
+        """The registered, unfenced brokers of the current image (None without an image: unit harnesses)."""
+        image = getattr(self.topics, "image", None)
+        if image is None:
+            return None
+        return {b for b, reg in image.brokers.items() if not reg.fenced}
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write every partition's high watermark to `replication-offset-checkpoint` (Kafka's
+        checkpointHighWatermarks), when one changed since the last write."""
+        hws = {key: part.high_watermark for key, part in self.partitions.items()}
+        if hws != self._checkpointed_hws:
+            write_offsets(self.log_dir / REPLICATION_OFFSET_CHECKPOINT, hws)
+            self._checkpointed_hws = hws
 
     def hosted(self) -> list[Partition]:
         """Every partition replica this broker holds (DescribeLogDirs)."""
@@ -257,6 +279,15 @@ class ReplicaManager:
             for part in list(self.partitions.values()):
                 if part.is_leader and len(part.isr) > 1:
                     part.maybe_shrink_isr(now, self.replica_lag_max)
+
+    async def _checkpoint_loop(self) -> None:
+        """replica.high.watermark.checkpoint.interval.ms (Kafka's default 5000)."""
+        while True:
+            await asyncio.sleep(self.hw_checkpoint_interval)
+            try:
+                self.checkpoint_high_watermarks()
+            except OSError as e:
+                log.error("writing %s failed: %s", REPLICATION_OFFSET_CHECKPOINT, e)
 
     async def _flush_loop(self) -> None:
         """Honour flush.ms: logs with a finite flush.ms are checked every second (or flush.ms if shorter)."""

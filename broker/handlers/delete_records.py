@@ -1,33 +1,49 @@
-"""DeleteRecords (key 21): move a partition's log start offset forward (offset -1 means the high watermark)."""
+"""DeleteRecords (key 21): move a partition's log start offset forward (offset -1 means the high watermark). As
+Kafka's DelayedDeleteRecords, the answer waits until every live replica has moved its log start there too (the
+followers learn it from their fetches), up to the request's timeout: otherwise a new leader could serve the deleted
+records again. A partition whose replicas do not get there in time answers REQUEST_TIMED_OUT."""
 from __future__ import annotations
 
+import asyncio
+
 from protocol import kio_codec
-from protocol.errors import ApiError
+from protocol.errors import ApiError, ErrorCode
 
 API_KEY = 21
 VERSIONS = (0, 2)
 DECODABLE = (0, 2)
 
 
-
-def handle(broker, req):
+async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
-    topics = []
+    topics, waits = [], []
     for t in body.topics:
         parts = []
         for p in t.partitions:
             part = broker.replicas.get(t.name, p.partition_index)
-            low, err = -1, 0
+            res = {"partition_index": p.partition_index, "low_watermark": -1, "error_code": 0}
             if part is None:
-                err = broker.replicas.missing_error(t.name, p.partition_index)
+                res["error_code"] = broker.replicas.missing_error(t.name, p.partition_index)
             elif part.not_leader_error():
-                err = part.not_leader_error()
+                res["error_code"] = part.not_leader_error()
             else:
                 try:
-                    low = part.delete_records_on_leader(p.offset)
+                    start = part.delete_records_on_leader(p.offset)
+                    waits.append((res, part, part.wait_for_low_watermark(start)))
                 except ApiError as e:
-                    err = e.error_code
-            parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": err})
+                    res["error_code"] = e.error_code
+            parts.append(res)
         topics.append({"name": t.name, "partitions": parts})
+    pending = [w for _, _, w in waits if w is not None]
+    if pending:
+        await asyncio.wait(pending, timeout=max(body.timeout.total_seconds(), 0))
+    for res, part, waiter in waits:
+        if waiter is None or (waiter.done() and waiter.result() == 0):
+            res["low_watermark"] = part.low_watermark()
+        elif waiter.done():
+            res["error_code"] = waiter.result()             # the replica stopped leading meanwhile
+        else:
+            waiter.cancel()
+            res["error_code"] = ErrorCode.request_timed_out
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "topics": topics})

@@ -278,7 +278,47 @@ def test_committed_isr_changes_are_counted_once_whichever_news_comes_first(tmp_p
     p.update_follower_fetch_state(3, 1, 113.0)
     p.alter_isr_done(ErrorCode.invalid_update_version)
     assert (counts.shrinks, counts.expands, counts.failed) == (1, 1, 1)
-    assert p.isr == (1, 2) and p.pending_isr is None
+    assert p.isr == (1, 2) and p.pending_isr == (1, 2, 3)                   # stale: the image will tell
+    p.update_isr_state(PartitionImage((1, 2, 3), (1, 2), 1, 1, 4))           # another change was committed
+    assert p.isr == (1, 2) and p.pending_isr is None and counts.expands == 1
+
+
+async def test_an_ambiguous_alter_partition_failure_keeps_the_maximal_isr_and_resends(tmp_path):
+    """A lost connection, or NOT_CONTROLLER answered by a controller that had already committed the change: the
+    expansion may be in effect, so broker 3 must keep counting for the high watermark (acks=all must wait for it)
+    until the controller's answer or the image settles it, and the proposal is sent again (issue 22, fault 6)."""
+    p, calls = _replicated(tmp_path, isr=(1, 2), now=0.0)
+    _append(p, 3)
+    p.update_follower_fetch_state(2, 3, 1.0)
+    p.update_follower_fetch_state(3, 3, 1.0)
+    proposed = p.pending_isr
+    assert calls == [(1, 2, 3)] and proposed == (1, 2, 3)
+    for error in (ErrorCode.unknown_server_error, ErrorCode.not_controller):
+        p.alter_isr_done(error, proposed=proposed)
+        assert p.pending_isr is proposed and p.maximal_isr == (1, 2, 3)
+        _append(p, 1)
+        p.update_follower_fetch_state(2, p.log_end_offset, 2.0)
+        assert p.high_watermark < p.log_end_offset                             # still waits for broker 3
+        await asyncio.sleep(0.25)
+        assert calls[-1] == (1, 2, 3)                                          # sent again
+    assert len(calls) == 3
+    p.update_isr_state(PartitionImage((1, 2, 3), (1, 2, 3), 1, 1, 2))          # the image: it was committed
+    assert p.isr == (1, 2, 3) and p.pending_isr is None
+    p.alter_isr_done(ErrorCode.not_controller, proposed=proposed)               # a late answer to the old proposal
+    assert p.pending_isr is None
+    await asyncio.sleep(0.25)
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("error", [ErrorCode.operation_not_attempted, ErrorCode.ineligible_replica])
+async def test_a_refused_alter_partition_goes_back_to_the_committed_isr(tmp_path, error):
+    p, calls = _replicated(tmp_path, isr=(1, 2), now=0.0)
+    _append(p, 2)
+    p.update_follower_fetch_state(3, 2, 1.0)
+    p.alter_isr_done(error, proposed=p.pending_isr)
+    assert p.pending_isr is None and p.maximal_isr == (1, 2)
+    await asyncio.sleep(0.25)
+    assert calls == [(1, 2, 3)]                                                # not sent again
 
 
 def test_slow_follower_is_caught_up_as_of_its_previous_fetch(tmp_path):
