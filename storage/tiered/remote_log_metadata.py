@@ -537,7 +537,7 @@ class TopicBasedRemoteLogMetadataManager:
         try:
             err = await asyncio.wait_for(asyncio.shield(pending), timeout_s)
         except asyncio.TimeoutError:
-            raise RemoteStorageException(f"remote log metadata of {tip} not committed in {timeout_s:.0f}s") from None
+            raise RemoteStorageException(f"remote log metadata of {tip} not committed in {timeout_s:g}s") from None
         if self._uncommitted.get(tip) is pending:
             del self._uncommitted[tip]
         if err:

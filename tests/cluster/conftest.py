@@ -58,18 +58,22 @@ class Cluster:
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
     def wait_for_brokers(self, n: int, timeout: float = 60) -> None:
-        """Until every live broker, asked directly, lists `n` brokers and a controller: brokers apply the metadata
-        log with a lag, and a client may ask any of them."""
+        """Until every live broker lists `n` brokers and a controller."""
+        self.wait_every_broker(lambda md: len(md.brokers) >= n and md.controller_id >= 0, None, timeout,
+                               f"{n} brokers")
+
+    def wait_every_broker(self, check, topics: list[str] | None, timeout: float, what: str) -> None:
+        """Until `check` holds for every live broker's own Metadata answer (for `topics`, None for all): brokers
+        apply the metadata log with a lag, and a client may ask any of them."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                known = [brokers_known(b.bootstrap) for b in self.brokers.values() if b.alive()]
-                if all(k >= n and controller >= 0 for k, controller in known):
+                if all(check(metadata_of(b.bootstrap, topics)) for b in self.brokers.values() if b.alive()):
                     return
             except Exception:
                 pass
             time.sleep(0.2)
-        raise AssertionError(f"cluster did not reach {n} brokers:\n" +
+        raise AssertionError(f"not every broker lists {what}:\n" +
                              "\n".join(b.log_text()[-2000:] for b in self.brokers.values()))
 
     def partition(self, topic: str, index: int = 0):
@@ -104,12 +108,11 @@ def stop_and_check(c: Cluster) -> None:
         assert "Traceback" not in text, f"broker {i}:\n" + text[max(0, text.index("Traceback") - 500):][:5000]
 
 
-def brokers_known(bootstrap: str) -> tuple[int, int]:
-    """(brokers listed, controller id) in one broker's own Metadata answer."""
+def metadata_of(bootstrap: str, topics: list[str] | None = None):
+    """One broker's own Metadata answer (v12), topics not created on the way."""
     from tests.integration.rawclient import RawClient
     with RawClient(bootstrap) as raw:
-        md = raw.metadata(None)
-    return len(md.brokers), md.controller_id
+        return raw.metadata(topics, auto_create=False)
 
 
 @pytest.fixture

@@ -18,22 +18,11 @@ def create(cluster, topic: str, partitions: int = 1, rf: int = 3, configs: dict 
         f.result(timeout=30)
     for p in range(partitions):
         cluster.wait_for_isr(topic, rf, p)
-    wait_all_brokers_know(cluster, topic, partitions)
 
-
-def wait_all_brokers_know(cluster, topic: str, partitions: int, timeout: float = 30) -> None:
-    """Until every broker, asked directly, lists `topic` with a leader for each partition: the controller's answer
-    comes first, and a broker that has not applied the new records yet answers UNKNOWN_TOPIC_OR_PARTITION."""
-    from tests.integration.rawclient import RawClient
-    deadline = time.monotonic() + timeout
-    for b in [b for b in cluster.brokers.values() if b.alive()]:
-        with RawClient(b.bootstrap) as raw:
-            while True:
-                t = raw.metadata([topic], auto_create=False).topics[0]
-                if t.error_code == 0 and len(t.partitions) == partitions and all(p.leader_id >= 0 for p in t.partitions):
-                    break
-                assert time.monotonic() < deadline, f"broker {b} does not list {topic} with leaders"
-                time.sleep(0.05)
+    def led(md) -> bool:        # a broker that has not applied the new records answers UNKNOWN_TOPIC_OR_PARTITION
+        t = md.topics[0]
+        return t.error_code == 0 and len(t.partitions) == partitions and all(p.leader_id >= 0 for p in t.partitions)
+    cluster.wait_every_broker(led, [topic], 30, f"{topic} with a leader for each partition")
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list:

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from moto_server import moto_server  # noqa: F401  (fixture)
 from tests.conftest import free_port
-from tests.cluster.conftest import brokers_known
+from tests.cluster.conftest import metadata_of
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -61,7 +61,6 @@ def dashboard_metrics() -> set[str]:
     return {m for e in exprs for m in re.findall(r"\b((?:kafka|strata)_[a-z0-9_]+)", e)}
 
 
-
 @pytest.mark.s3
 def test_the_compose_topology_runs_as_processes(tmp_path, moto_server, topic_name):
     services = compose_services()
@@ -94,7 +93,7 @@ def test_the_compose_topology_runs_as_processes(tmp_path, moto_server, topic_nam
         while True:
             try:
                 # every broker has applied the three registrations (kcat below may ask any of them)
-                if all(brokers_known(f"127.0.0.1:{ports[p]}")[0] == 3 for p in (9092, 9093, 9094)):
+                if all(len(metadata_of(f"127.0.0.1:{ports[p]}").brokers) == 3 for p in (9092, 9093, 9094)):
                     md = admin.list_topics(timeout=5)
                     if len(md.brokers) == 3 and md.controller_id > 0:
                         break
