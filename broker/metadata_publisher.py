@@ -1,6 +1,6 @@
 """Applies each new metadata image to this broker (Kafka's BrokerMetadataPublisher): replicas to open, lead, follow
 or drop, topics to delete, configs to reconfigure, and the group coordinator told of deleted topics. Admin handlers never do
-this themselves: they submit records to the controller, and this is what makes them take effect, on one broker
+this themselves: they run operations on the controller, and this is what makes them take effect, on one broker
 today and on every broker that follows the metadata log in the cluster."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Layout under the log's prefix:
 
-    log/<offset:020d>        one MetadataBatch: the records one submit appended, with the writer's controller epoch
+    log/<offset:020d>        one MetadataBatch: the records of one append, with the writer's controller epoch
     snapshot/<offset:020d>   one MetadataSnapshot: the image as of <offset>, as the records that rebuild it
 
 A batch is named by the offset of its first record, which is the offset after the last record of the batch before

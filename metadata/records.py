@@ -80,7 +80,8 @@ class Envelope(msgspec.Struct, array_like=True):
 
 class MetadataBatch(msgspec.Struct, array_like=True):
     """One object of the metadata log in the object store (metadata/object_store_log.py): the records one
-    `submit` appended, all or none, with the epoch of the controller that wrote them."""
+    append wrote (the operations the controller ran together), all or none, with the epoch of the controller
+    that wrote them."""
     controller_epoch: int
     records: list[MetadataRecord]
 
