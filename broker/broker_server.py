@@ -12,7 +12,7 @@ from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import load_handlers
 from broker.socket_server import KafkaConnection
 from broker.metadata_publisher import MetadataPublisher
-from broker.topic_admin import create_through_controller, place, topic_records, usable_brokers
+from broker.topic_admin import create_through_controller, place, topic_records
 from broker.broker_lifecycle import BrokerLifecycle
 from broker.controller_channel import ControllerChannel, ControllerUnavailable
 from metadata.cluster_control import ClusterControl
@@ -213,14 +213,16 @@ class Broker:
                     self.config.get_int("remote.log.metadata.topic.replication.factor")
         return None
 
-    def internal_replication_factor(self, wanted: int) -> int | None:
-        """An internal topic's replication factor now: `wanted` once that many brokers are unfenced, or every
-        unfenced broker once this broker has been up for a session timeout (a smaller cluster); None until then."""
-        alive = len(usable_brokers(self.topics.image))
+    def internal_replication_factor(self, wanted: int, *, smaller_after_grace: bool = True) -> int | None:
+        """An internal topic's replication factor now: `wanted` once that many brokers are unfenced, or (for the
+        broker's own creation, `smaller_after_grace`) every unfenced broker once this broker has been up for a
+        session timeout: a smaller cluster; None until then."""
         if not self.cluster_mode:
             return 1                             # one broker: its internal topics have one replica
+        alive = len(self.topics.image.unfenced_brokers())
         waited = asyncio.get_running_loop().time() - self.started_at
-        if alive >= wanted or (alive and waited > self.config.get_int("broker.session.timeout.ms") / 1000):
+        if alive >= wanted or (smaller_after_grace and alive and
+                               waited > self.config.get_int("broker.session.timeout.ms") / 1000):
             return min(wanted, alive)
         return None
 

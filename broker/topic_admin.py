@@ -57,7 +57,7 @@ def default_replication_factor(broker, image) -> int:
     else all of them (1 on a single broker, Kafka's default)."""
     if "default.replication.factor" in broker.config.props or not getattr(broker, "cluster_mode", False):
         return broker.config.get_int("default.replication.factor")
-    return max(1, min(3, len(usable_brokers(image))))
+    return max(1, min(3, len(image.unfenced_brokers())))
 
 
 def check_create(broker, image, name: str, num_partitions: int, replication_factor: int,
@@ -92,15 +92,10 @@ def check_create(broker, image, name: str, num_partitions: int, replication_fact
     return assignment, normalized
 
 
-def usable_brokers(image) -> dict[int, str | None]:
-    """Registered, unfenced brokers of `image` and their racks: where new replicas may go."""
-    return {b.broker_id: b.rack for b in image.brokers.values() if not b.fenced}
-
-
 def place(image, partitions: int, replication_factor: int, first_partition: int = 0) -> list[list[int]]:
     """Replica lists for new partitions over the usable brokers (metadata/placement.py), or INVALID_REPLICATION_FACTOR."""
     try:
-        return place_replicas(usable_brokers(image), partitions, replication_factor, first_partition=first_partition)
+        return place_replicas(image.unfenced_brokers(), partitions, replication_factor, first_partition=first_partition)
     except PlacementError as e:
         raise AdminError(ErrorCode.invalid_replication_factor, str(e)) from None
 
@@ -215,13 +210,14 @@ async def create_through_controller(broker, name: str, partitions: int, replicat
 
 async def auto_create(broker, name: str) -> tuple[int, object | None]:
     """Metadata-triggered creation (auto.create.topics.enable): num.partitions and default.replication.factor, or an
-    internal topic's own settings (broker.internal_topic); LEADER_NOT_AVAILABLE (retriable) while an internal topic
-    waits for its brokers. A broker that is not the controller asks the controller with a CreateTopics request, as
-    Kafka's AutoTopicCreationManager does."""
+    internal topic's own settings (broker.internal_topic); LEADER_NOT_AVAILABLE (retriable) while fewer brokers than
+    an internal topic's replication factor are up (a client never makes it smaller: only the brokers' own creation
+    does, after their grace period). A broker that is not the controller asks the controller with a CreateTopics
+    request, as Kafka's AutoTopicCreationManager does."""
     internal = broker.internal_topic(name)
     partitions, configs, rf = internal if internal is not None else (-1, {}, -1)
     if internal is not None:
-        rf = broker.internal_replication_factor(rf)
+        rf = broker.internal_replication_factor(rf, smaller_after_grace=False)
         if rf is None:
             return ErrorCode.leader_not_available, None
     if not broker.controller.active:

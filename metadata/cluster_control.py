@@ -191,14 +191,20 @@ def complete_reassignment(image: MetadataImage, t: TopicImage, index: int) -> Pa
     return _changed(t, index, p, replicas=target, isr=isr, leader=leader, adding=(), removing=())
 
 
+def partitions_of(image: MetadataImage, wanted: list[tuple[str, int]] | None) -> list[tuple[str, int]]:
+    """(topic, partition) pairs: `wanted` once each, in order, or every partition of the image for None."""
+    if wanted is None:
+        return [(t.name, i) for t in image.topics() for i in range(t.partitions)]
+    return list(dict.fromkeys(wanted))
+
+
 def elect_preferred_operation(wanted: list[tuple[str, int]] | None):
     """ElectLeaders(PREFERRED) as one controller operation: `wanted` (topic, partition) pairs, or None for every
     partition of the image; answers {(topic, partition): error code}."""
     def operation(image: MetadataImage):
-        pairs = [(t.name, i) for t in image.topics() for i in range(t.partitions)] if wanted is None else wanted
         outcome: dict[tuple[str, int], int] = {}
         records = []
-        for name, index in pairs:
+        for name, index in partitions_of(image, wanted):
             t = image.get(name)
             if t is None or t.partition(index) is None:
                 outcome[(name, index)] = ErrorCode.unknown_topic_or_partition
@@ -211,6 +217,18 @@ def elect_preferred_operation(wanted: list[tuple[str, int]] | None):
     return operation
 
 
+def with_completion(image: MetadataImage, records: list, topic_id: str, index: int) -> tuple[MetadataImage, list]:
+    """`records` (a change of partition `index`) applied to `image`, followed by the record that completes the
+    partition's reassignment when the change put every target replica in the ISR; (the image after, the records)."""
+    after = image.apply(records)
+    t = after.topics_by_id[topic_id]
+    done = complete_reassignment(after, t, index)
+    if done is None:
+        return after, records
+    log.info("the reassignment of %s-%d completes: replicas %s", t.name, index, done.replicas)
+    return after.apply([done]), records + [done]
+
+
 def reassign_operation(name: str, index: int, target: list[int] | None):
     """AlterPartitionReassignments for one partition as a controller operation: start (or cancel, `target` None)
     the move, and complete it at once when the target is in sync already (only removals, say). Answers
@@ -221,10 +239,7 @@ def reassign_operation(name: str, index: int, target: list[int] | None):
             return [], (ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
         err, msg, records = reassign(image, t, index, target)
         if records:
-            after = image.apply(records)
-            done = complete_reassignment(after, after.get(name), index)
-            if done is not None:
-                records.append(done)
+            _, records = with_completion(image, records, t.topic_id, index)
         return records, (err, msg)
     return operation
 
@@ -284,8 +299,13 @@ class ClusterControl:
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int,
                         want_shut_down: bool) -> tuple[int, bool, bool, bool]:
-        """BrokerHeartbeat: (error, is_caught_up, is_fenced, should_shut_down)."""
+        """BrokerHeartbeat: (error, is_caught_up, is_fenced, should_shut_down). The session is renewed as the
+        heartbeat arrives, before its operation waits its turn (Kafka's trackBrokerHeartbeat), so a busy queue never
+        lets the session of a broker that did heartbeat expire."""
         self._check_active()
+        b = self.image.brokers.get(broker_id)
+        if b is not None and b.epoch == broker_epoch:
+            self.last_heartbeat[broker_id] = self.clock()
 
         def operation(image: MetadataImage):
             b = image.brokers.get(broker_id)
@@ -320,16 +340,11 @@ class ClusterControl:
             records, results = [], []
             for c in changes:
                 r = alter_partition(image, broker_id, broker_epoch, *c)
-                if r.record is not None:
-                    image = image.apply([r.record])
-                    records.append(r.record)
-                    t = image.topics_by_id[r.record.topic_id]
-                    done = complete_reassignment(image, t, r.record.partition)
-                    if done is not None:          # an ISR that now holds every target replica ends the move
-                        image = image.apply([done])
-                        records.append(done)
-                        log.info("completed the reassignment of %s-%d", t.name, r.record.partition)
-                    r.partition = image.topics_by_id[r.record.topic_id].partition(r.record.partition)
+                if r.record is not None:         # an ISR that now holds every target replica ends a move too
+                    tid, index = r.record.topic_id, r.record.partition
+                    image, changed = with_completion(image, [r.record], tid, index)
+                    records += changed
+                    r.partition = image.topics_by_id[tid].partition(index)
                 results.append(r)
             return records, results
 

@@ -77,7 +77,7 @@ class LocalController:
         self.log = MetadataLog(log_dir)
         self._publishers: list[Publisher] = []
         envelopes = self.log.read_all()
-        self._image = MetadataImage(controller_id=node_id).apply(e.record for e in envelopes)
+        self._image = MetadataImage(controller_id=node_id).apply((e.record for e in envelopes), strict=False)
         legacy = Path(log_dir) / LEGACY_FILE
         if not envelopes and legacy.exists():
             self._upgrade(legacy)

@@ -7,6 +7,7 @@ partition layer and handlers use (`name`, `topic_id`, `uuid`, `partitions` as a 
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -14,6 +15,8 @@ from typing import Iterable
 
 from metadata.records import (BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, BrokerRegistrationChangeRecord, ConfigRecord, LeaderChangeRecord, PartitionRecord, ProducerIdsRecord,
                               RegisterBrokerRecord, RemoveTopicRecord, TopicRecord)
+
+log = logging.getLogger("strata.metadata")
 
 
 @dataclass(frozen=True)
@@ -65,16 +68,24 @@ class TopicImage:
         return self.partition_states[index] if 0 <= index < len(self.partition_states) else None
 
 
-def _check_partition_change(topic: str, index: int, old: PartitionImage, new: PartitionImage) -> None:
+def _check_partition_change(topic: str, index: int, old: PartitionImage, new: PartitionImage, strict: bool) -> None:
     """A change of an existing partition must follow the one it replaces: the next partition epoch (so a change
     computed from an older image cannot be applied after another one), and a leader epoch that never goes back and
     grows whenever the leader changes (Kafka's PartitionChangeBuilder rules; KIP-101/279 truncation relies on it)."""
     if new.partition_epoch != old.partition_epoch + 1:
-        raise ValueError(f"partition {topic}-{index}: partition epoch {new.partition_epoch} does not follow "
-                         f"{old.partition_epoch}")
+        _broken(strict, f"partition {topic}-{index}: partition epoch {new.partition_epoch} does not follow "
+                        f"{old.partition_epoch}")
     if new.leader_epoch < old.leader_epoch or (new.leader != old.leader and new.leader_epoch == old.leader_epoch):
-        raise ValueError(f"partition {topic}-{index}: leader {new.leader} at epoch {new.leader_epoch} after leader "
-                         f"{old.leader} at epoch {old.leader_epoch}")
+        _broken(strict, f"partition {topic}-{index}: leader {new.leader} at epoch {new.leader_epoch} after leader "
+                        f"{old.leader} at epoch {old.leader_epoch}")
+
+
+def _broken(strict: bool, why: str) -> None:
+    """A record that breaks a rule the controller keeps: refused when the controller generates it; on replay (a log
+    written before the rule was checked) applied anyway, with a log line, as Kafka replays what is committed."""
+    if strict:
+        raise ValueError(why)
+    log.warning("metadata replay: %s (applied as written)", why)
 
 
 @dataclass(frozen=True)
@@ -98,14 +109,19 @@ class MetadataImage:
     def get(self, name: str) -> TopicImage | None:
         return self.topics_by_name.get(name)
 
+    def unfenced_brokers(self) -> dict[int, str | None]:
+        """The registered, unfenced brokers and their racks: where replicas may go and which replicas are alive."""
+        return {b.broker_id: b.rack for b in self.brokers.values() if not b.fenced}
+
     def by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         return self.topics_by_id.get(topic_id.hex if isinstance(topic_id, uuid.UUID) else topic_id)
 
     # ---- building the next image ---------------------------------------------------------------------------------
-    def apply(self, records: Iterable) -> "MetadataImage":
+    def apply(self, records: Iterable, *, strict: bool = True) -> "MetadataImage":
         """The image after `records`, in order. Raises ValueError for a record that does not fit this image (a
         partition of an unknown topic, say): the controller validates before it appends, so on replay that means
-        a damaged log."""
+        a damaged log. `strict=False` (replay) applies, with a warning, records that only break the rules about
+        epochs and producer-id blocks (_check_partition_change), which older releases did not check."""
         brokers, by_name, by_id = dict(self.brokers), dict(self.topics_by_name), dict(self.topics_by_id)
         next_pid = self.next_producer_id
         resource_configs = {BROKER_RESOURCE: dict(self.broker_configs), GROUP_RESOURCE: dict(self.group_configs)}
@@ -139,7 +155,7 @@ class MetadataImage:
                 if r.partition == len(states):
                     states.append(p)
                 else:
-                    _check_partition_change(t.name, r.partition, states[r.partition], p)
+                    _check_partition_change(t.name, r.partition, states[r.partition], p, strict)
                     states[r.partition] = p
                 t = replace(t, partition_states=tuple(states))
                 by_name[t.name] = by_id[t.topic_id] = t
@@ -175,8 +191,8 @@ class MetadataImage:
                 del by_name[t.name]
             elif isinstance(r, ProducerIdsRecord):
                 if r.next_producer_id <= next_pid:     # blocks are handed out once (Kafka's ProducerIdControlManager)
-                    raise ValueError(f"producer id block ending at {r.next_producer_id} is not above {next_pid}")
-                next_pid = r.next_producer_id
+                    _broken(strict, f"producer id block ending at {r.next_producer_id} is not above {next_pid}")
+                next_pid = max(next_pid, r.next_producer_id)
             elif isinstance(r, LeaderChangeRecord):
                 if r.controller_epoch <= controller[1]:
                     raise ValueError(f"controller epoch {r.controller_epoch} is not above {controller[1]}")

@@ -44,6 +44,14 @@ class NotControllerError(Exception):
 MAX_OPERATIONS_PER_BATCH = 256          # operations appended together in one metadata batch
 
 
+def _fail(entries, exc: Exception) -> None:
+    """Fail the futures of queued operations ((operation, future, ...) tuples) not answered yet."""
+    for entry in entries:
+        fut = entry[1]
+        if not fut.done():
+            fut.set_exception(exc)
+
+
 class ObjectStoreController:
     def __init__(self, store: ObjectStore, node_id: int, *, controller_role: bool = True, prefix: str = "metadata",
                  lease_timeout: float = 2.0, poll_interval: float = 0.2, snapshot_bytes: int = 20 * 1024 * 1024):
@@ -57,6 +65,7 @@ class ObjectStoreController:
         self._queue: deque[tuple[Operation, asyncio.Future]] = deque()
         self._worker: asyncio.Task | None = None
         self._reread = False                   # an append failed ambiguously: read the log before the next one
+        self._closed = False                   # stopped: no operation runs any more
         self._task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
         self._snapshot_at_bytes = 0            # log.appended_bytes when the last snapshot was started
@@ -88,6 +97,8 @@ class ObjectStoreController:
         Raises what the operation raised (nothing is written), ValueError if its records do not apply to the image
         it was given, and NotControllerError when this node is not the active controller or the append failed.
         A caller that is cancelled before its turn comes is dropped from the queue."""
+        if self._closed:
+            raise self._not_controller()
         fut = asyncio.get_running_loop().create_future()
         self._queue.append((operation, fut))
         if self._worker is None or self._worker.done():
@@ -101,45 +112,45 @@ class ObjectStoreController:
 
     # ---- the event queue -------------------------------------------------------------------------------------
     async def _drain(self) -> None:
-        while self._queue:
-            batch = []
-            while self._queue and len(batch) < MAX_OPERATIONS_PER_BATCH:
-                op, fut = self._queue.popleft()
-                if not fut.done():                      # a caller cancelled before its turn: nothing to do
-                    batch.append((op, fut))
-            if batch:
+        batch: list = []
+        try:
+            while self._queue and not self._closed:
+                batch = []
+                while self._queue and len(batch) < MAX_OPERATIONS_PER_BATCH:
+                    batch.append(self._queue.popleft())
                 async with self._lock:
                     await self._execute(batch)
+        finally:                                   # stopped (or a bug): nobody may wait forever
+            _fail(batch + list(self._queue), self._not_controller())
+            self._queue.clear()
 
     async def _execute(self, batch: list) -> None:
-        def fail_all(exc: Exception) -> None:
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
-
         if not self.acting:
-            return fail_all(self._not_controller())
+            return _fail(batch, self._not_controller())
         if self._reread:
             try:
                 await self._catch_up()
             except Exception as e:
-                return fail_all(NotControllerError(f"node {self.node_id} cannot read the metadata log: {e}"))
+                return _fail(batch, NotControllerError(f"node {self.node_id} cannot read the metadata log: {e}"))
             self._reread = False
             if not self.acting:
-                return fail_all(self._not_controller())
+                return _fail(batch, self._not_controller())
         base = image = self._image
         records: list = []
-        answers: list = []
+        answered: list = []
         for op, fut in batch:
+            if fut.done():                             # its caller gave up before its turn came: nothing to do
+                continue
             try:
                 recs, answer = op(image)
+                recs = list(recs)
                 after = image.apply(recs) if recs else image       # validates: a bad record fails only this op
             except Exception as e:
                 fut.set_exception(e)
                 continue
             image = after
             records += recs
-            answers.append((fut, answer))
+            answered.append((op, fut, answer))
         if records:
             try:
                 new = await self.log.append(base, self.lease.epoch, records, applied=image)
@@ -148,24 +159,17 @@ class ObjectStoreController:
                             base.offset + 1)
                 self._reread = True
                 await self._reread_now()
-                exc = NotControllerError(
+                return _fail(answered, NotControllerError(
                     f"node {self.node_id} lost the controller role to {self._image.controller_id}" if not self.active
-                    else f"node {self.node_id} found metadata offset {base.offset + 1} taken; try again")
-                for fut, _ in answers:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                return
+                    else f"node {self.node_id} found metadata offset {base.offset + 1} taken; try again"))
             except Exception as e:
                 # The batch may or may not be in the log (an answer lost on the way back): read before appending.
                 log.warning("node %d: metadata append at offset %d failed: %s", self.node_id, base.offset + 1, e)
                 self._reread = True
-                exc = NotControllerError(f"node {self.node_id} could not append to the metadata log: {e}")
-                for fut, _ in answers:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                return
+                return _fail(answered, NotControllerError(
+                    f"node {self.node_id} could not append to the metadata log: {e}"))
             self._publish(new)
-        for fut, answer in answers:
+        for _, fut, answer in answered:
             if not fut.done():
                 fut.set_result(answer)
 
@@ -202,16 +206,15 @@ class ObjectStoreController:
         self._task = asyncio.create_task(self._run(), name=f"controller-{self.node_id}")
 
     async def stop(self) -> None:
+        self._closed = True                    # no new operation is queued or started from here on
         tasks = [t for t in (self._task, self._snapshot_task, self._worker) if t is not None]
         self._task = self._snapshot_task = self._worker = None    # also ends the loop if a cancel is swallowed
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
-        while self._queue:
-            _, fut = self._queue.popleft()
-            if not fut.done():
-                fut.set_exception(self._not_controller())
+        _fail(self._queue, self._not_controller())             # the worker's own cleanup, should it not have run
+        self._queue.clear()
         if self.active or self.lease.holding:
             self.active = False
             try:

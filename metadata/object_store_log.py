@@ -109,7 +109,7 @@ class ObjectStoreMetadataLog:
         data = await self.store.get(self.snapshot_key(offset))
         try:
             snap = _snapshot_decoder.decode(data)
-            image = MetadataImage().apply(snap.records)
+            image = MetadataImage().apply(snap.records, strict=False)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
             raise CorruptMetadataError(f"metadata snapshot {self.snapshot_key(offset)}: {e}") from None
         return image.skip(snap.offset - image.offset)
@@ -149,6 +149,6 @@ class ObjectStoreMetadataLog:
                 image = image.skip(len(batch.records))
                 continue
             try:
-                image = image.apply(batch.records)
+                image = image.apply(batch.records, strict=False)
             except ValueError as e:
                 raise CorruptMetadataError(f"metadata batch {key} does not apply: {e}") from None

@@ -26,6 +26,45 @@ _AWAIT_METADATA = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.unk
                              ErrorCode.invalid_request, ErrorCode.new_leader_elected})
 
 
+def _park(waiters: list, offset: int, reached: int) -> asyncio.Future | None:
+    """A future for a delayed request waiting until a watermark reaches `offset` (None: it has), kept in `waiters`."""
+    if reached >= offset:
+        return None
+    fut = asyncio.get_running_loop().create_future()
+    waiters.append((offset, fut))
+    return fut
+
+
+def _release(waiters: list, reached: int) -> list:
+    """Complete the waiters whose offset the watermark `reached`; the ones still waiting."""
+    keep = []
+    for offset, fut in waiters:
+        if fut.done():
+            continue
+        if offset <= reached:
+            fut.set_result(0)
+        else:
+            keep.append((offset, fut))
+    return keep
+
+
+async def wait_for_all(waits: list, timeout: float) -> list[int]:
+    """Kafka's purgatory for one request's delayed partitions (DelayedProduce, DelayedDeleteRecords): wait up to
+    `timeout` seconds for the (partition, future) pairs; each one's answer is its future's result, or
+    REQUEST_TIMED_OUT (and the partition forgets the waiter)."""
+    if waits:
+        await asyncio.wait([fut for _, fut in waits], timeout=max(timeout, 0))
+    out = []
+    for part, fut in waits:
+        if fut.done() and not fut.cancelled():
+            out.append(fut.result())
+        else:
+            fut.cancel()
+            part.forget_waiter(fut)
+            out.append(ErrorCode.request_timed_out)
+    return out
+
+
 def _error_name(error: int) -> str:
     try:
         return ErrorCode(error).name
@@ -152,28 +191,19 @@ class Partition:
         if leo > self.log.high_watermark:
             hw = self.log.update_high_watermark(leo)
             if self.hw_waiters:
-                self._complete_hw_waiters(hw)
+                self.hw_waiters = _release(self.hw_waiters, hw)
             return True
         return False
-
-    def _complete_hw_waiters(self, hw: int) -> None:
-        keep = []
-        for offset, fut in self.hw_waiters:
-            if offset <= hw:
-                if not fut.done():
-                    fut.set_result(0)
-            else:
-                keep.append((offset, fut))
-        self.hw_waiters = keep
 
     def wait_for_high_watermark(self, offset: int) -> asyncio.Future | None:
         """acks=all (Kafka's DelayedProduce): a future that completes with 0 when the HW reaches `offset`, or
         with NOT_LEADER_OR_FOLLOWER if this replica stops leading first; None when it is already there."""
-        if self.log.high_watermark >= offset:
-            return None
-        fut = asyncio.get_running_loop().create_future()
-        self.hw_waiters.append((offset, fut))
-        return fut
+        return _park(self.hw_waiters, offset, self.log.high_watermark)
+
+    def forget_waiter(self, fut: asyncio.Future) -> None:
+        """A delayed request gave up on `fut` (it timed out): drop it now, not when the watermark next moves."""
+        self.hw_waiters = [w for w in self.hw_waiters if w[1] is not fut]
+        self.low_watermark_waiters = [w for w in self.low_watermark_waiters if w[1] is not fut]
 
     def acks_all_error(self) -> int:
         """After the HW passed an acks=all batch: NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
@@ -261,7 +291,7 @@ class Partition:
         if self.maybe_increment_high_watermark():
             self.wake_waiters()
         if self.low_watermark_waiters:
-            self._complete_low_watermark_waiters()
+            self.low_watermark_waiters = _release(self.low_watermark_waiters, self.low_watermark())
         if replica_id not in self.isr and self.pending_isr is None and replica_id in self.replicas and \
                 fetch_offset >= self.log.high_watermark and \
                 fetch_offset >= self.log.epoch_start_offset(self.leader_epoch):
@@ -301,7 +331,10 @@ class Partition:
             return
         if error == 0:
             if state is not None and state.leader_epoch == self.leader_epoch:
-                self.update_isr_state(state)     # counts the change unless the image committed it first
+                if state.partition_epoch > self.partition_epoch:
+                    self.update_isr_state(state)     # counts the change unless the image committed it first
+                elif state.partition_epoch == self.partition_epoch:
+                    self.pending_isr = None          # nothing to change: the ISR already was the proposed one
             return
         if self.isr_listener is not None:
             self.isr_listener.failed += 1
@@ -502,23 +535,7 @@ class Partition:
         """DeleteRecords (Kafka's DelayedDeleteRecords): a future that completes with 0 once every live replica's log
         starts at `offset` or later (each follower learns the leader's log start from its fetches), or with
         NOT_LEADER_OR_FOLLOWER if this replica stops leading first; None when that is so already."""
-        if self.low_watermark() >= offset:
-            return None
-        fut = asyncio.get_running_loop().create_future()
-        self.low_watermark_waiters.append((offset, fut))
-        return fut
-
-    def _complete_low_watermark_waiters(self) -> None:
-        low = self.low_watermark()
-        keep = []
-        for offset, fut in self.low_watermark_waiters:
-            if fut.done():
-                continue
-            if offset <= low:
-                fut.set_result(0)
-            else:
-                keep.append((offset, fut))
-        self.low_watermark_waiters = keep
+        return _park(self.low_watermark_waiters, offset, self.low_watermark())
 
     def delete_records_on_leader(self, offset: int) -> int:
         """DeleteRecords: move the log start to `offset` (-1 = the high watermark); returns the new log start.

@@ -218,7 +218,7 @@ class ReplicaFetcher:
         if self.wal is None:
             log.warning("leader %d sent WAL pointers but no fast store is configured here (set "
                         "remote.wal.storage.url)", self.leader_id)
-            for topic, p in wanted:
+            for topic, p, _ in wanted:
                 self.partitions[(topic, p.partition_index)] = time.monotonic() + self.settings.backoff_ms / 1000
             return
         results = await self.wal.download_all([(p.wal_store, p.wal_pointers) for _, p, _ in wanted])

@@ -167,9 +167,7 @@ class ReplicaManager:
     def _alive_brokers(self) -> set[int] | None:
         """The registered, unfenced brokers of the current image (None without an image: unit harnesses)."""
         image = getattr(self.topics, "image", None)
-        if image is None:
-            return None
-        return {b for b, reg in image.brokers.items() if not reg.fenced}
+        return None if image is None else set(image.unfenced_brokers())
 
     def checkpoint_high_watermarks(self) -> None:
         """Write every partition's high watermark to `replication-offset-checkpoint` (Kafka's

@@ -4,10 +4,9 @@ followers learn it from their fetches), up to the request's timeout: otherwise a
 records again. A partition whose replicas do not get there in time answers REQUEST_TIMED_OUT."""
 from __future__ import annotations
 
-import asyncio
-
 from protocol import kio_codec
-from protocol.errors import ApiError, ErrorCode
+from protocol.errors import ApiError
+from replication.partition import wait_for_all
 
 API_KEY = 21
 VERSIONS = (0, 2)
@@ -35,15 +34,12 @@ async def handle(broker, req):
                     res["error_code"] = e.error_code
             parts.append(res)
         topics.append({"name": t.name, "partitions": parts})
-    pending = [w for _, _, w in waits if w is not None]
-    if pending:
-        await asyncio.wait(pending, timeout=max(body.timeout.total_seconds(), 0))
+    delayed = [(part, w) for _, part, w in waits if w is not None]
+    answers = iter(await wait_for_all(delayed, body.timeout.total_seconds()))
     for res, part, waiter in waits:
-        if waiter is None or (waiter.done() and waiter.result() == 0):
-            res["low_watermark"] = part.low_watermark()
-        elif waiter.done():
-            res["error_code"] = waiter.result()             # the replica stopped leading meanwhile
+        err = next(answers) if waiter is not None else 0     # REQUEST_TIMED_OUT, or the replica stopped leading
+        if err:
+            res["error_code"] = err
         else:
-            waiter.cancel()
-            res["error_code"] = ErrorCode.request_timed_out
+            res["low_watermark"] = part.low_watermark()
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "topics": topics})

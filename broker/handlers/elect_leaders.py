@@ -4,7 +4,7 @@ other brokers forward it."""
 from __future__ import annotations
 
 from broker.topic_admin import AdminError, submit
-from metadata.cluster_control import elect_preferred_operation
+from metadata.cluster_control import elect_preferred_operation, partitions_of
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -27,9 +27,8 @@ async def handle(broker, req):
     top_error = 0
     try:
         if election != PREFERRED:
-            every = [(t.name, i) for t in broker.topics.topics() for i in range(t.partitions)]
             outcome = {k: (ErrorCode.invalid_request, "Only preferred leader elections are supported")
-                       for k in (every if wanted is None else wanted)}
+                       for k in partitions_of(broker.topics.image, wanted)}
         else:
             outcome = {k: (err, None) for k, err in (await submit(broker, elect_preferred_operation(wanted))).items()}
     except AdminError as e:                  # NOT_CONTROLLER: for each partition asked for, or for the request

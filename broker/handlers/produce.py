@@ -15,6 +15,7 @@ from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, leader_id
                            read_array_len, read_bytes_view, read_i16, read_i32, read_string, skip_tagged_fields, string,
                            tagged_fields)
 from protocol.errors import ErrorCode
+from replication.partition import wait_for_all
 
 API_KEY = 0
 VERSIONS = (0, 11)
@@ -138,15 +139,9 @@ async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeo
     """Kafka's DelayedProduce: answer acks=all when the high watermark passes every batch, REQUEST_TIMED_OUT for
     one that it did not pass within the request's timeout, NOT_LEADER_OR_FOLLOWER when leadership moved, and
     NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile."""
-    import asyncio
-    await asyncio.wait([fut for *_, fut in delayed], timeout=max(timeout_ms, 0) / 1000)
-    for ti, pi, part, fut in delayed:
-        if not fut.done():
-            fut.cancel()
-            part.hw_waiters = [(o, f) for o, f in part.hw_waiters if f is not fut]
-            err = ErrorCode.request_timed_out
-        else:
-            err = fut.result() or part.acks_all_error()
+    answers = await wait_for_all([(part, fut) for _, _, part, fut in delayed], timeout_ms / 1000)
+    for (ti, pi, part, _), answer in zip(delayed, answers):
+        err = answer or part.acks_all_error()
         if err:
             index, _, base_offset, append_time, log_start, _, record_errors = out_topics[ti][1][pi]
             out_topics[ti][1][pi] = (index, err, base_offset, append_time, log_start, None, record_errors)

@@ -425,3 +425,14 @@ async def test_a_new_active_controller_gives_every_broker_a_full_session():
     clock.now += 0.2
     await _one_session_check(cc)
     assert ctl.image.brokers[1].fenced
+
+
+def test_an_election_that_names_a_partition_twice_elects_it_once():
+    """Kafka collects the partitions of an ElectLeaders request into a set: a partition listed twice is one
+    election, not two records at one partition epoch (which the image would refuse, failing the whole request)."""
+    from metadata.cluster_control import elect_preferred_operation
+    image = _image([1, 2], [((1, 2), (1, 2), 2, 3, 4)])
+    records, outcome = elect_preferred_operation([("t", 0), ("t", 0)])(image)
+    assert len(records) == 1 and outcome == {("t", 0): 0}
+    p = _part(image.apply(records))
+    assert (p.leader, p.leader_epoch, p.partition_epoch) == (1, 4, 5)

@@ -147,3 +147,24 @@ async def test_a_lease_winner_whose_catch_up_fails_keeps_trying_and_becomes_acti
         assert controller.image.controller_id == 1 and controller.acting
     finally:
         await controller.stop()
+
+
+async def test_a_caller_that_gives_up_does_not_stop_the_queue(tmp_path):
+    """A request whose caller is cancelled (a client that disconnected) while operations queued before it are being
+    appended is skipped; the ones queued after it are still run and answered."""
+    store, controller, control, clock = await _cluster(tmp_path)
+    try:
+        store.delay["put_if_absent"] = 0.3
+        first = asyncio.create_task(control.allocate_producer_ids(1))
+        await asyncio.sleep(0.05)                                 # its batch is being appended
+        gives_up = asyncio.create_task(control.allocate_producer_ids(2))
+        after = asyncio.create_task(control.allocate_producer_ids(3))
+        await asyncio.sleep(0.05)
+        gives_up.cancel()
+        starts = await asyncio.wait_for(asyncio.gather(first, after), 10)
+        assert starts[1] == starts[0] + PRODUCER_ID_BLOCK         # the cancelled one took no block
+        assert gives_up.cancelled()
+    finally:
+        await controller.stop()
+    with pytest.raises(Exception, match="not the active controller"):
+        await controller.run(lambda image: ([], None))            # a stopped controller runs nothing

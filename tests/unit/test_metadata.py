@@ -140,3 +140,16 @@ def test_broker_and_group_configs_are_part_of_the_image_and_its_snapshot():
         (dict(image.broker_configs), dict(image.group_configs))
     with pytest.raises(ValueError):
         image.apply([ConfigRecord(99, "x", "a", "b")])
+
+
+def test_replay_applies_what_older_releases_wrote_without_the_epoch_rules(tmp_path, caplog):
+    """A log written before the controller checked epochs (the previous release's JSON migration wrote a zero
+    producer-id block; its controller could write two changes at one partition epoch) still replays, with a warning:
+    the rules are enforced where records are generated, as Kafka validates in the controller, not on replay."""
+    mlog = MetadataLog(tmp_path)
+    mlog.append([Envelope(0, r) for r in _topic()])
+    mlog.append([Envelope(0, ProducerIdsRecord(1, 0)),
+                 Envelope(0, PartitionRecord(TID, 0, [1, 2], [1, 2], 1, 0, 0))])     # epoch 0 again
+    c = LocalController(tmp_path, node_id=1)
+    assert c.image.get("t").partition(0).replicas == (1, 2)
+    assert "applied as written" in caplog.text
