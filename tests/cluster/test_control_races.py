@@ -45,41 +45,49 @@ def _same_replicas(cluster, topic: str, replicas) -> None:
         assert copies[r] == first, f"replica on broker {r} differs from broker {replicas[0]}'s"
 
 
-def test_two_brokers_killed_within_a_session_timeout(cluster, topic_name, rng):
+def _rounds(cluster, topic_name, one_round) -> None:
+    """An RF=3 topic under an idempotent acks=all producer; ROUNDS times: `one_round()` returns the brokers it took
+    down, which are started again; then the ISR is whole again and more records are acknowledged. Finally the checks
+    of the module's docstring."""
     create(cluster, topic_name)
     with AckedProducer(cluster.bootstrap, topic_name) as prod:
         prod.wait_for_more(200)
         for _ in range(ROUNDS):
-            first = rng.choice([cluster.leader(topic_name), _controller(cluster), rng.choice(list(cluster.brokers))])
-            second = rng.choice([b for b in cluster.brokers if b != first])
-            cluster.brokers[first].kill9()
-            time.sleep(rng.uniform(0.0, SESSION_TIMEOUT * 0.8))   # the first is not fenced yet when the second dies
-            cluster.brokers[second].kill9()
-            time.sleep(rng.uniform(0.5, SESSION_TIMEOUT * 1.5))
-            _restart(cluster, (first, second))
+            _restart(cluster, one_round())
             cluster.wait_for_isr(topic_name, 3)
             prod.wait_for_more(100)
     read_back_once_in_order(cluster, topic_name, prod)
     _same_replicas(cluster, topic_name, sorted(cluster.brokers))
+
+
+def _any_broker(cluster, topic_name, rng) -> int:
+    """The leader, the controller or any broker: the one whose loss changes the most, often."""
+    return rng.choice([cluster.leader(topic_name), _controller(cluster), rng.choice(list(cluster.brokers))])
+
+
+def test_two_brokers_killed_within_a_session_timeout(cluster, topic_name, rng):
+    def one_round():
+        first = _any_broker(cluster, topic_name, rng)
+        second = rng.choice([b for b in cluster.brokers if b != first])
+        cluster.brokers[first].kill9()
+        time.sleep(rng.uniform(0.0, SESSION_TIMEOUT * 0.8))       # the first is not fenced yet when the second dies
+        cluster.brokers[second].kill9()
+        time.sleep(rng.uniform(0.5, SESSION_TIMEOUT * 1.5))
+        return first, second
+    _rounds(cluster, topic_name, one_round)
 
 
 def test_controlled_shutdown_while_another_broker_is_fenced(cluster, topic_name, rng):
-    create(cluster, topic_name)
-    with AckedProducer(cluster.bootstrap, topic_name) as prod:
-        prod.wait_for_more(200)
-        for _ in range(ROUNDS):
-            killed = rng.choice([cluster.leader(topic_name), _controller(cluster), rng.choice(list(cluster.brokers))])
-            leaving = rng.choice([b for b in cluster.brokers if b != killed])
-            cluster.brokers[killed].kill9()
-            # the session of the killed broker runs out while the other one's controlled shutdown is handled
-            time.sleep(rng.uniform(SESSION_TIMEOUT * 0.5, SESSION_TIMEOUT * 1.2))
-            cluster.brokers[leaving].proc.send_signal(signal.SIGTERM)
-            assert cluster.brokers[leaving].stop(timeout=60) == 0
-            _restart(cluster, (killed, leaving))
-            cluster.wait_for_isr(topic_name, 3)
-            prod.wait_for_more(100)
-    read_back_once_in_order(cluster, topic_name, prod)
-    _same_replicas(cluster, topic_name, sorted(cluster.brokers))
+    def one_round():
+        killed = _any_broker(cluster, topic_name, rng)
+        leaving = rng.choice([b for b in cluster.brokers if b != killed])
+        cluster.brokers[killed].kill9()
+        # the session of the killed broker runs out while the other one's controlled shutdown is handled
+        time.sleep(rng.uniform(SESSION_TIMEOUT * 0.5, SESSION_TIMEOUT * 1.2))
+        cluster.brokers[leaving].proc.send_signal(signal.SIGTERM)
+        assert cluster.brokers[leaving].stop(timeout=60) == 0
+        return killed, leaving
+    _rounds(cluster, topic_name, one_round)
 
 
 def test_reassignment_while_the_controller_or_the_leader_dies(cluster, topic_name, rng):

@@ -17,13 +17,9 @@ from metadata.controller import PRODUCER_ID_BLOCK
 from metadata.image import MetadataImage, PartitionImage
 from metadata.records import BrokerRegistrationChangeRecord, PartitionRecord, RegisterBrokerRecord, TopicRecord
 from protocol.errors import ErrorCode
+from fakes import Clock, append_op
 
 TOPIC_ID = uuid.UUID(int=0xA11CE).hex
-
-
-def append_op(records):
-    """A controller operation that appends `records` whatever the image (test set-up)."""
-    return lambda image: (list(records), None)
 
 
 def _endpoints(b: int) -> list[tuple[str, str, int]]:
@@ -289,17 +285,9 @@ class FakeController:
         return answer
 
 
-class FakeClock:
-    def __init__(self, now: float = 1000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _control(image: MetadataImage | None = None, session_timeout_ms: int = 9000):
     ctl = FakeController(image if image is not None else _image([]))
-    clock = FakeClock()
+    clock = Clock()
     return ctl, clock, ClusterControl(ctl, session_timeout_ms, clock=clock)
 
 

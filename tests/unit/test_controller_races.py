@@ -17,24 +17,9 @@ from metadata.object_store_controller import ObjectStoreController
 from metadata.object_store_log import ObjectStoreMetadataLog
 from metadata.records import PartitionRecord, RegisterBrokerRecord, TopicRecord
 from storage.objectstore.object_store import open_object_store
-from store_faults import FaultyStore
+from fakes import Clock, FaultyStore, wait_for
 
 TOPIC_ID = uuid.UUID(int=0xBEEF).hex
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def wait_for(predicate, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 async def _cluster(tmp_path, leader: int = 1, leader_epoch: int = 5):

@@ -35,7 +35,7 @@ from metadata.image import MetadataImage
 from metadata.object_store_controller import NotControllerError, ObjectStoreController
 from metadata.object_store_log import ObjectStoreMetadataLog
 from metadata.records import MetadataBatch, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, TopicRecord
-from store_faults import MemoryStore
+from fakes import Clock, MemoryStore
 
 BROKERS = (1, 2, 3, 4)
 NODES = (1, 2)
@@ -43,14 +43,6 @@ LEASE_TIMEOUT = 2.0
 TOPIC_ID = uuid.UUID(int=0x5EED).hex
 ASSIGNMENT = ((1, 2, 3), (2, 3, 4), (3, 4, 1))
 _decode_batch = msgspec.msgpack.Decoder(MetadataBatch).decode
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _endpoints(b: int) -> list:

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from fakes import append_op
 from metadata.controller import LEGACY_FILE, PRODUCER_ID_BLOCK, LocalController
 from metadata.image import MetadataImage
 from metadata.metadata_log import MetadataLog
@@ -16,10 +17,6 @@ from metadata.records import (TOPIC_RESOURCE, ConfigRecord, Envelope, PartitionR
 TID = uuid.uuid4().hex
 
 
-
-def append_op(records):
-    """A controller operation that appends `records` whatever the image (test set-up)."""
-    return lambda image: (list(records), None)
 
 def _topic(name="t", tid=TID, partitions=2):
     return [TopicRecord(name, tid), *(PartitionRecord(tid, p, [1], [1], 1) for p in range(partitions))]

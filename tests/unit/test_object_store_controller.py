@@ -16,31 +16,12 @@ from metadata.object_store_log import CorruptMetadataError, ObjectStoreMetadataL
 from metadata.records import (TOPIC_RESOURCE, ConfigRecord, LeaderChangeRecord, MetadataBatch, PartitionRecord,
                               ProducerIdsRecord, RegisterBrokerRecord, TopicRecord)
 from storage.objectstore.object_store import PreconditionFailed, list_all
+from fakes import Clock, append_op, wait_for
 
 
 def topic(name: str, partitions: int = 2) -> list:
     tid = uuid.uuid4().hex
     return [TopicRecord(name, tid), *(PartitionRecord(tid, p, [1, 2], [1, 2], 1) for p in range(partitions))]
-
-
-def append_op(records):
-    """A controller operation that appends `records` whatever the image (test set-up)."""
-    return lambda image: (list(records), None)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def wait_for(predicate, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 # ---- the log -----------------------------------------------------------------------------------------------------

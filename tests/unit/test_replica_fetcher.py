@@ -17,6 +17,7 @@ from replication.partition import Partition
 from replication.replica_fetcher import FetchSettings, ReplicaFetcher
 from storage.log.log import Log
 from storage.log.log_config import LogConfig
+from fakes import wait_for
 
 LEADER = 2
 
@@ -93,13 +94,6 @@ async def _fetcher(tmp_path, names=("t", "u")):
     return fetcher, scripted, leaders, replicas
 
 
-async def _until(predicate, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
 async def test_records_one_partition_cannot_take_stop_only_that_partition(tmp_path):
     """A disk error (or any unexpected failure) appending to t-0 used to end the fetcher task silently: u-0, followed
     from the same leader, stopped too. Now t-0 is marked failed with a log line and u-0 keeps replicating."""
@@ -110,9 +104,9 @@ async def test_records_one_partition_cannot_take_stop_only_that_partition(tmp_pa
         replicas.get("t", 0).log.append_as_follower = disk_full
         for n in ("t", "u"):
             leaders[n].append_records_to_leader(*_records(b"a", b"b"), required_acks=1)
-        await _until(lambda: replicas.get("u", 0).log_end_offset == 2)
+        await wait_for(lambda: replicas.get("u", 0).log_end_offset == 2)
         leaders["u"].append_records_to_leader(*_records(b"c"), required_acks=1)
-        await _until(lambda: replicas.get("u", 0).log_end_offset == 3)
+        await wait_for(lambda: replicas.get("u", 0).log_end_offset == 3)
         assert fetcher.alive and ("t", 0) in fetcher.failed and ("t", 0) not in fetcher.partitions
         fetcher.add("t", 0)                                   # a leadership change adds it back
         assert ("t", 0) not in fetcher.failed
@@ -128,7 +122,7 @@ async def test_a_response_for_a_partition_that_moved_on_is_not_applied(tmp_path)
         follower = replicas.get("t", 0)
         for v in (b"a", b"b"):
             leaders["t"].append_records_to_leader(*_records(v), required_acks=1)
-        await _until(lambda: follower.log_end_offset == 2)
+        await wait_for(lambda: follower.log_end_offset == 2)
         scripted.hold = hold = asyncio.Event()
         leaders["t"].append_records_to_leader(*_records(b"c"), required_acks=1)
         await asyncio.wait_for(scripted.parked.wait(), 10)
@@ -136,7 +130,7 @@ async def test_a_response_for_a_partition_that_moved_on_is_not_applied(tmp_path)
         follower.make_follower(PartitionImage((2, 1), (2, 1), LEADER, 2, 2))   # a new epoch, same leader
         follower.truncate_to(1)
         hold.set()                                           # the answer for offset 2 arrives now
-        await _until(lambda: follower.log_end_offset == 3)
+        await wait_for(lambda: follower.log_end_offset == 3)
         views, _ = follower.read(0, 1 << 20, min_one_message=True, fetch_only_committed=False)
         assert [(r.offset, bytes(r.value)) for v in views for r in iter_all_records(v)] == \
             [(0, b"a"), (1, b"b"), (2, b"c")]                # not (0, a), (2, c): a hole where the late batch landed
@@ -152,9 +146,9 @@ async def test_the_leaders_log_start_reaches_the_follower(tmp_path):
         follower = replicas.get("t", 0)
         for i in range(10):
             leaders["t"].append_records_to_leader(*_records(b"v%d" % i), required_acks=1)
-        await _until(lambda: follower.log_end_offset == 10 and follower.high_watermark == 10)
+        await wait_for(lambda: follower.log_end_offset == 10 and follower.high_watermark == 10)
         assert leaders["t"].delete_records_on_leader(6) == 6
-        await _until(lambda: follower.log_start_offset == 6)
+        await wait_for(lambda: follower.log_start_offset == 6)
         assert leaders["t"].low_watermark() == 6                # what DeleteRecords waits for
     finally:
         await fetcher.stop()

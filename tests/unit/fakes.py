@@ -1,6 +1,7 @@
-"""Object stores for tests: a wrapper that makes the store slow or fail at a chosen moment (every call can be
-delayed, and a call can be made to fail before or after the inner store applied it, which is what makes an error
-ambiguous to the caller), and an in-memory store for state-machine tests."""
+"""Fakes the controller and replication tests share: a wrapper that makes an object store slow or fail at a chosen
+moment (every call can be delayed, and a call can be made to fail before or after the inner store applied it, which
+is what makes an error ambiguous to the caller), an in-memory store for state-machine tests, a settable clock, a
+wait for a condition, and a controller operation that appends given records."""
 from __future__ import annotations
 
 import asyncio
@@ -120,3 +121,25 @@ class MemoryStore:
 
     async def close(self):
         pass
+
+
+class Clock:
+    """A monotonic clock the test moves by hand (`now`)."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def wait_for(predicate, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def append_op(records):
+    """A controller operation that appends `records` whatever the image (test set-up)."""
+    return lambda image: (list(records), None)
