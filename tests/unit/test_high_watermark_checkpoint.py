@@ -38,9 +38,8 @@ def test_a_restarted_follower_serves_only_up_to_the_checkpointed_high_watermark(
         assert part.append_records_to_leader(buf, split_and_validate(buf, 10**6), required_acks=1).error_code == 0
     part.update_follower_fetch_state(2, 6, 0.0)                  # broker 2 has 6 of the 10 records
     assert (part.high_watermark, part.log_end_offset) == (6, 10)
-    leader.checkpoint_high_watermarks()
+    leader.shutdown()                                            # writes the checkpoint (as the periodic task does)
     assert read_offsets(tmp_path / "logs" / REPLICATION_OFFSET_CHECKPOINT) == {("t", 0): 6}
-    leader.shutdown()
 
     # broker 2 took over while this one was down; this one comes back as its follower
     follower = _replicas(tmp_path, _image(leader=2, leader_epoch=1))

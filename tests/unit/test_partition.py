@@ -294,7 +294,7 @@ async def test_an_ambiguous_alter_partition_failure_keeps_the_maximal_isr_and_re
     proposed = p.pending_isr
     assert calls == [(1, 2, 3)] and proposed == (1, 2, 3)
     for error in (ErrorCode.unknown_server_error, ErrorCode.not_controller):
-        p.alter_isr_done(error, proposed=proposed)
+        p.alter_isr_done(error)
         assert p.pending_isr is proposed and p.maximal_isr == (1, 2, 3)
         _append(p, 1)
         p.update_follower_fetch_state(2, p.log_end_offset, 2.0)
