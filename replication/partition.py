@@ -257,9 +257,15 @@ class Partition:
         """A leader's ISR or partition epoch changed in the image without a leader change (its own AlterPartition
         applied, or the controller fenced a follower). A newer committed state replaces any proposal in flight: it
         is either that proposal (counted as committed) or a change the controller made since, which the proposal
-        was not based on (Kafka's makeLeader / handleAlterPartitionUpdate)."""
-        if state.partition_epoch <= self.partition_epoch:
-            return                                   # what we know already (the response or the image came first)
+        was not based on (Kafka's makeLeader / handleAlterPartitionUpdate). The same epoch again (the AlterPartition
+        answer came first) still brings the replicas, which the answer does not carry: a reassignment it completed
+        may have removed one, and a proposal naming it can never be committed."""
+        if state.partition_epoch < self.partition_epoch:
+            return
+        if state.partition_epoch == self.partition_epoch:
+            self.replicas = tuple(state.replicas)
+            self._drop_pending_for_removed_replicas()
+            return
         before = self.isr
         self.isr, self.partition_epoch = tuple(state.isr), state.partition_epoch
         self.replicas = tuple(state.replicas)
@@ -345,11 +351,22 @@ class Partition:
         elif error in _AWAIT_METADATA:
             log.info("%s-%d: AlterPartition to %s failed with %s: waiting for the metadata", self.topic, self.index,
                      self.pending_isr, ErrorCode(error).name)
+            self._drop_pending_for_removed_replicas()       # the metadata may have told us already
         else:
             pending = self.pending_isr
             log.info("%s-%d: AlterPartition to %s failed with %s: sending it again", self.topic, self.index, pending,
                      _error_name(error))
             asyncio.get_running_loop().call_later(ALTER_PARTITION_RETRY_BACKOFF, self._resend_pending_isr, pending)
+
+    def _drop_pending_for_removed_replicas(self) -> None:
+        """A pending ISR that names a broker that is no longer a replica (a completed reassignment removed it) is
+        refused for good: back to the committed ISR, or the high watermark would wait for that broker forever."""
+        if self.pending_isr is not None and not set(self.pending_isr) <= set(self.replicas):
+            log.info("%s-%d: the proposed ISR %s names a replica no longer assigned: back to the ISR %s", self.topic,
+                     self.index, self.pending_isr, self.isr)
+            self.pending_isr = None
+            if self.maybe_increment_high_watermark():
+                self.wake_waiters()
 
     def _resend_pending_isr(self, pending: tuple[int, ...] | None) -> None:
         if pending is not None and self.pending_isr is pending and self.is_leader and not self.closed:

@@ -304,5 +304,5 @@ test_controller_state_machine = ControllerMachine.TestCase
 
 @pytest.mark.slow
 def test_controller_state_machine_long_run():
-    """The same machine, longer: about 150,000 steps."""
-    run_state_machine_as_test(ControllerMachine, settings=_settings(1500, 100))
+    """The same machine, longer: about 80,000 steps."""
+    run_state_machine_as_test(ControllerMachine, settings=_settings(800, 100))

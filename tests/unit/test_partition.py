@@ -541,3 +541,30 @@ async def test_a_follower_wakes_parked_consumer_fetches_when_its_high_watermark_
     assert follower.high_watermark == 2 and parked.done()
     views, _ = follower.read(0, 1 << 20, min_one_message=True)              # consumers read up to the follower's HW
     assert [bytes(r.value) for v in views for r in iter_all_records(v)] == [b"v0", b"v1"]
+
+
+@pytest.mark.parametrize("image_first", [False, True], ids=["refusal-first", "image-first"])
+def test_a_proposal_naming_a_replica_a_reassignment_removed_does_not_stall_acks_all(tmp_path, image_first):
+    """Seen in the slow control-race suite: the leader's AlterPartition also completed a reassignment that removed
+    broker 3; the answer carried the new ISR and epoch but not the replicas, so broker 3 (still fetching, its image
+    behind) was proposed again and refused with INVALID_REQUEST. Kept pending, that proposal made the high watermark
+    wait for broker 3 forever and acks=all stalled; the image at the same partition epoch brings the replicas and
+    ends it, in either order."""
+    p, calls = _replicated(tmp_path, replicas=(1, 2, 3), isr=(1, 3), now=0.0)
+    p.alter_isr_done(0, PartitionImage((1, 2, 3), (1, 2), 1, 1, 3))          # the committed answer, epoch 3
+    _append(p, 2)
+    p.update_follower_fetch_state(2, 2, 1.0)
+    p.update_follower_fetch_state(3, 2, 1.0)                                  # broker 3 is still fetching
+    assert calls[-1] == (1, 2, 3) and p.pending_isr == (1, 2, 3)
+    image = PartitionImage((1, 2), (1, 2), 1, 1, 3)                           # the completed move, same epoch
+    if image_first:
+        p.update_isr_state(image)
+        p.alter_isr_done(ErrorCode.invalid_request, proposed=(1, 2, 3))
+    else:
+        p.alter_isr_done(ErrorCode.invalid_request, proposed=p.pending_isr)
+        assert p.pending_isr == (1, 2, 3)                                     # nothing says 3 left yet
+        p.update_isr_state(image)
+    assert p.pending_isr is None and p.replicas == (1, 2)
+    _append(p, 1)
+    p.update_follower_fetch_state(2, 3, 2.0)
+    assert p.high_watermark == 3                                              # no longer waits for broker 3
