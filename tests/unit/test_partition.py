@@ -568,3 +568,25 @@ def test_a_proposal_naming_a_replica_a_reassignment_removed_does_not_stall_acks_
     _append(p, 1)
     p.update_follower_fetch_state(2, 3, 2.0)
     assert p.high_watermark == 3                                              # no longer waits for broker 3
+
+
+async def test_delete_records_waits_for_live_replicas_and_times_out(tmp_path):
+    """Kafka's DelayedDeleteRecords: answered once every replica on a live broker has moved its log start, else
+    REQUEST_TIMED_OUT after the request's timeout (the waiter is dropped); a fenced broker's replica does not count."""
+    from replication.partition import wait_for_all
+    p, _ = _replicated(tmp_path, replicas=(1, 2, 3), isr=(1, 2, 3), now=0.0)
+    alive = {1, 2, 3}
+    p.alive_brokers = lambda: alive
+    _append(p, 5)
+    for r in (2, 3):
+        p.update_follower_fetch_state(r, 5, 1.0, log_start=0)
+    assert p.delete_records_on_leader(3) == 3 and p.low_watermark() == 0
+    fut = p.wait_for_low_watermark(3)
+    assert await wait_for_all([(p, fut)], 0.05) == [ErrorCode.request_timed_out]
+    assert p.low_watermark_waiters == []
+    fut = p.wait_for_low_watermark(3)
+    p.update_follower_fetch_state(2, 5, 2.0, log_start=3)                    # broker 2 deleted too
+    assert not fut.done()
+    alive.discard(3)                                                           # broker 3 is fenced
+    p.update_follower_fetch_state(2, 5, 3.0, log_start=3)
+    assert await wait_for_all([(p, fut)], 1.0) == [0] and p.low_watermark() == 3
