@@ -14,9 +14,14 @@ from tests.cluster.helpers import consume_all, create
 from tests.integration.rawclient import RawClient
 
 
+_AFTER_FAILOVER = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                   KafkaError.OFFSET_NOT_AVAILABLE, KafkaError._TIMED_OUT}
+
+
 def _earliest(bootstrap: str, topic: str) -> int:
-    """The partition's log start offset from its leader (retrying OFFSET_NOT_AVAILABLE, which a new leader answers
-    until its followers have fetched from it)."""
+    """The partition's log start offset from its leader, retrying what is retriable after a failover (a client
+    that still names the old leader gets NOT_LEADER_OR_FOLLOWER; a new leader answers OFFSET_NOT_AVAILABLE until its
+    followers have fetched from it)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "earliest"})
     deadline = time.monotonic() + 30
     try:
@@ -25,7 +30,7 @@ def _earliest(bootstrap: str, topic: str) -> int:
                 low, _ = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
                 return low
             except KafkaException as e:
-                if e.args[0].code() != KafkaError.OFFSET_NOT_AVAILABLE or time.monotonic() > deadline:
+                if e.args[0].code() not in _AFTER_FAILOVER or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
     finally:
