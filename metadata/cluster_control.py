@@ -311,7 +311,6 @@ class ClusterControl:
             b = image.brokers.get(broker_id)
             if b is None or b.epoch != broker_epoch:
                 return [], (ErrorCode.stale_broker_epoch, False, True, False)
-            self.last_heartbeat[broker_id] = self.clock()
             caught_up = metadata_offset >= b.epoch
             now_ms = int(time.time() * 1000)
             _, _, last_caught_up = self.metadata_positions.get(broker_id, (-1, -1, -1))
