@@ -1,8 +1,7 @@
-"""`strata broker --config FILE [--env-prefix STRATA_] [--override key=value ...] [--print-config]`,
-`strata check --bootstrap HOST:PORT` (an ApiVersions round trip: the container image's health check), and the admin
-tools with Kafka's verbs (broker/tools/): `strata topics` (kafka-topics.sh), `strata groups`
-(kafka-consumer-groups.sh), `strata configs` (kafka-configs.sh), `strata reassign` (kafka-reassign-partitions.sh),
-`strata perf` (kafka-producer/consumer-perf-test.sh), `strata cluster`."""
+"""The server's commands: `strata broker --config FILE [--env-prefix STRATA_] [--override key=value ...]
+[--print-config]` and `strata check --bootstrap HOST:PORT` (an ApiVersions round trip: the container image's health
+check). `python -m broker.cli broker ...` runs a broker without the admin tools; the `strata` command
+(tools/cli.py) adds them."""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +14,8 @@ import sys
 from broker.config import BrokerConfig, env_properties
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The `broker` and `check` commands; the caller may add more subcommands to the second value."""
     p = argparse.ArgumentParser(prog="strata", description="Strata: a Kafka-compatible log broker")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("broker", help="run one broker")
@@ -27,13 +27,10 @@ def _parser() -> argparse.ArgumentParser:
                    "--override")
     b.add_argument("--print-config", action="store_true", help="print the settings given (not the defaults) and exit")
     b.add_argument("--log-level", default="INFO")
-    from broker.tools import cluster_info, configs, groups, perf, reassign, topics
-    for tool in (topics, groups, configs, reassign, perf, cluster_info):
-        tool.add_parser(sub)
     c = sub.add_parser("check", help="exit 0 if a broker answers ApiVersions")
     c.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
     c.add_argument("--timeout", type=float, default=5.0)
-    return p
+    return p, sub
 
 
 async def _check(bootstrap: str, timeout: float) -> int:
@@ -65,17 +62,13 @@ async def _run_broker(config: BrokerConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    return run(parser()[0].parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed `broker` or `check` command."""
     if args.command == "check":
         return asyncio.run(_check(args.bootstrap, args.timeout))
-    if hasattr(args, "run"):                   # an admin tool: the Kafka protocol to --bootstrap-server
-        from broker.tools.admin_client import AdminError
-        try:
-            asyncio.run(args.run(args, sys.stdout))
-        except AdminError as e:
-            print(f"Error while executing {args.command} command : {e}", file=sys.stderr)
-            return 1
-        return 0
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -9,7 +9,7 @@ import time
 
 
 def strata(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "tools.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def configs(cluster, *args: str) -> subprocess.CompletedProcess:

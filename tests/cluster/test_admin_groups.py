@@ -22,7 +22,7 @@ OFFSETS_HEADER = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFS
 
 def groups(cluster, *args: str) -> subprocess.CompletedProcess:
     bootstrap = cluster.bootstrap if cluster is not None else "127.0.0.1:1"
-    return subprocess.run([sys.executable, "-m", "broker.cli", "groups", "--bootstrap-server", bootstrap, *args],
+    return subprocess.run([sys.executable, "-m", "tools.cli", "groups", "--bootstrap-server", bootstrap, *args],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 

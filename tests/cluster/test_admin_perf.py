@@ -29,7 +29,7 @@ DATE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}$")
 
 
 def strata(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tools.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -134,7 +134,7 @@ def test_payload_file_and_warmup(perf_cluster, topic_name, tmp_path):
 
 def test_ctrl_c_prints_the_summary_so_far(perf_cluster, topic_name):
     create(perf_cluster, topic_name, rf=3)
-    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "perf", "produce", "--bootstrap-server",
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "perf", "produce", "--bootstrap-server",
                              perf_cluster.bootstrap, "--topic", topic_name, "--num-records", "1000000",
                              "--record-size", "10", "--throughput", "200", "--reporting-interval", "200"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -147,7 +147,7 @@ def test_ctrl_c_prints_the_summary_so_far(perf_cluster, topic_name):
     assert 0 < sent < 1_000_000
     assert len(read_all(perf_cluster.bootstrap, topic_name, sent)) == sent      # the summary counts what is stored
 
-    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "perf", "consume", "--bootstrap-server",
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "perf", "consume", "--bootstrap-server",
                              perf_cluster.bootstrap, "--topic", topic_name, "--num-records", "1000000",
                              "--timeout", "600000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     header = proc.stdout.readline()
@@ -235,6 +235,6 @@ def test_bad_arguments_get_a_message_and_a_non_zero_exit(perf_cluster, tmp_path)
 
 
 def test_other_commands_do_not_load_the_client():
-    r = subprocess.run([sys.executable, "-c", "import sys, broker.cli; broker.cli._parser(); "
+    r = subprocess.run([sys.executable, "-c", "import sys, tools.cli; tools.cli.parser(); "
                         "assert 'confluent_kafka' not in sys.modules, 'imported'"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def strata(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "tools.cli", *args], capture_output=True, text=True, timeout=120,
                           cwd=ROOT)
 
 
@@ -153,7 +153,7 @@ def test_a_move_waiting_for_a_dead_broker_is_listed_followed_cancelled_and_compl
             {TopicPartition(topic_name, 0): None}
     finally:
         kadmin.close()
-    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "reassign", "--bootstrap-server", cluster.bootstrap,
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "reassign", "--bootstrap-server", cluster.bootstrap,
                              "--verify", "--reassignment-json-file", plan, "--progress",
                              "--progress-interval-ms", "200"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:

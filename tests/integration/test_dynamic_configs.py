@@ -42,7 +42,7 @@ def kp_alter(bootstrap: str, rtype: str, name: str, configs: dict, incremental: 
 def strata_configs(bootstrap: str, *args: str) -> str:
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-m", "broker.cli", "configs", "--bootstrap-server", bootstrap, *args],
+    r = subprocess.run([sys.executable, "-m", "tools.cli", "configs", "--bootstrap-server", bootstrap, *args],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout

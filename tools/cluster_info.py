@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from broker.tools.admin_client import AdminClient, AdminError, error_name
+from tools.admin_client import AdminClient, AdminError, error_name
 
 
 def add_parser(sub) -> None:

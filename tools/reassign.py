@@ -20,7 +20,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from broker.tools.admin_client import AdminClient, AdminError, error_name
+from tools.admin_client import AdminClient, AdminError, error_name
 from metadata.placement import place_replicas
 from protocol.client import BrokerConnection, ConnectionFailed
 

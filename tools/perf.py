@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 
-from broker.tools.admin_client import AdminClient, AdminError, error_name
+from tools.admin_client import AdminClient, AdminError, error_name
 
 MB = 1024 * 1024                     # Kafka's perf tools count MB as MiB
 # Java client names with another name in librdkafka: name -> (librdkafka name, value conversion). Serializer

@@ -9,7 +9,7 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from broker.tools.admin_client import AdminClient, AdminError, error_name
+from tools.admin_client import AdminClient, AdminError, error_name
 from protocol.errors import ErrorCode
 
 TP = tuple[str, int]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from broker.tools.admin_client import AdminClient, AdminError, error_name
+from tools.admin_client import AdminClient, AdminError, error_name
 
 TYPES = {"topics": 2, "brokers": 4, "groups": 32}
 KAFKA_TYPES = ("users", "clients", "brokers", "broker-loggers", "topics", "ips", "client-metrics", "groups")

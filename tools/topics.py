@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from broker.tools.admin_client import AdminClient, AdminError, error_name
+from tools.admin_client import AdminClient, AdminError, error_name
 
 DYNAMIC_TOPIC_CONFIG = 1
 

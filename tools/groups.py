@@ -13,8 +13,8 @@ import re
 import sys
 import time
 
-from broker.tools.admin_client import AdminClient, AdminError
-from broker.tools.group_admin import EARLIEST, KAFKA_ERRORS, LATEST, TP, Group, GroupAdmin, kafka_error
+from tools.admin_client import AdminClient, AdminError
+from tools.group_admin import EARLIEST, KAFKA_ERRORS, LATEST, TP, Group, GroupAdmin, kafka_error
 from protocol.errors import ErrorCode
 
 MISSING = "-"

@@ -1,0 +1,35 @@
+"""The `strata` command: the server's commands (broker/cli.py) and the admin tools with Kafka's verbs:
+`strata topics` (kafka-topics.sh), `strata groups` (kafka-consumer-groups.sh), `strata configs` (kafka-configs.sh),
+`strata reassign` (kafka-reassign-partitions.sh), `strata perf` (kafka-producer/consumer-perf-test.sh),
+`strata cluster`. The tools speak the Kafka protocol to `--bootstrap-server`, as Kafka's own do."""
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from broker import cli as server_cli
+from tools import cluster_info, configs, groups, perf, reassign, topics
+from tools.admin_client import AdminError
+
+
+def parser():
+    p, sub = server_cli.parser()
+    for tool in (topics, groups, configs, reassign, perf, cluster_info):
+        tool.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not hasattr(args, "run"):
+        return server_cli.run(args)
+    try:
+        asyncio.run(args.run(args, sys.stdout))
+    except AdminError as e:
+        print(f"Error while executing {args.command} command : {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
