@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 CONFIG ?= deploy/server.properties
 
-.PHONY: run cluster test test-fast bench clean kcat
+.PHONY: run cluster test test-slow bench clean kcat kafka-jars
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,14 +30,20 @@ kcat:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq kcat; fi; }
 
-test: $(VENV)/.test-installed kcat
-	$(PY) -m pytest -q -rs tests
+# Apache Kafka's pinned jars (deploy/apache-kafka/pom.xml) into ~/.m2, their classpath into .cache/ (no-op when current).
+kafka-jars: $(VENV)/.test-installed
+	PYTHON=$(PY) deploy/apache-kafka/resolve.sh
 
-test-fast: $(VENV)/.test-installed
+# Everything but the suites marked slow (kill -9 rounds, long randomized runs): those are `make test-slow`, and CI
+# (.ci/run) runs both.
+test: $(VENV)/.test-installed kcat kafka-jars
 	$(PY) -m pytest -q -rs -m "not slow" tests
 
-bench: $(VENV)/.test-installed
+test-slow: $(VENV)/.test-installed kcat kafka-jars
+	$(PY) -m pytest -q -rs -m slow tests
+
+bench: $(VENV)/.test-installed kafka-jars
 	$(PY) bench/produce_fetch.py
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data .cache
