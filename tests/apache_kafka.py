@@ -107,13 +107,13 @@ class KafkaNode:
         self.properties.write_text("".join(f"{k}={v}\n" for k, v in self.config.items()))
         run("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties), "--ignore-formatted")
 
-    def start(self, wait: bool = True) -> "KafkaNode":
+    def start(self, wait: bool = True, timeout: float = 60) -> "KafkaNode":
         """Start the process (formatted already); with `wait`, until it listens. A restart keeps the data."""
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(java("kafka.Kafka", str(self.properties), jvm=BROKER_JVM), cwd=ROOT,
                                      stdout=self._log, stderr=subprocess.STDOUT)
         if wait:
-            self.wait_listening()
+            self.wait_listening(timeout)
         return self
 
     def wait_listening(self, timeout: float = 60) -> None:
@@ -216,9 +216,13 @@ class KafkaCluster:
 
 
 def _kafka_uuid() -> str:
-    """A cluster id as `kafka-storage.sh random-uuid` prints it: 16 random bytes, URL-safe base64, no padding."""
+    """A cluster id as `kafka-storage.sh random-uuid` prints it: 16 random bytes, URL-safe base64, no padding; like
+    Kafka's Uuid.randomUuid, never one starting with "-" (kafka-storage's `-t` would take it for an option)."""
     import base64
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not s.startswith("-"):
+            return s
 
 
 def environment_note() -> dict[str, str]:
