@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # BrokerProcess and free_port are re-exported: pytest imports this file as the module `conftest` too, and
 # tests elsewhere do `from conftest import BrokerProcess, free_port` (see spark_helpers)
-from spark_helpers import ROOT, BrokerProcess, free_port, tiered_overrides  # noqa: E402,F401
+from spark_helpers import ROOT, BrokerProcess, free_port, kafka_source_jars, tiered_overrides  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
@@ -26,10 +26,16 @@ def spark():
     from pyspark.sql import SparkSession
 
     from spark_connector import register
-    session = (SparkSession.builder.master("local[2]").appName("strata-connector-tests")
+    builder = (SparkSession.builder.master("local[2]").appName("strata-connector-tests")
                .config("spark.driver.memory", "512m").config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-               .config("spark.python.worker.reuse", "true").getOrCreate())
+               .config("spark.python.worker.reuse", "true"))
+    # Spark's own Kafka source (test_kafka_source.py) must be on the classpath before the JVM starts (spark.jars has
+    # no effect on a running one); without java or mvn there are none, and the other suites do not need them.
+    jars = kafka_source_jars()
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session

@@ -109,3 +109,13 @@ def plan(options: dict, filters=()):
     rest = list(reader.pushFilters(list(filters)))
     return reader.partitions(), rest
 
+
+def kafka_source_jars() -> list[str]:
+    """The jars of Spark's own Kafka source (`format("kafka")`) that PySpark lacks, resolved by
+    deploy/apache-kafka/resolve.sh (a no-op once done, as `make test` does); [] without java or mvn, or if resolving
+    fails (test_kafka_source.py then skips or fails saying why; the other suites do not need them)."""
+    from apache_kafka import spark_jars, skip_reason
+    try:
+        return [] if skip_reason() else spark_jars()
+    except Exception:
+        return []
