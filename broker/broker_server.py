@@ -213,18 +213,14 @@ class Broker:
                     self.config.get_int("remote.log.metadata.topic.replication.factor")
         return None
 
-    def internal_replication_factor(self, wanted: int, *, smaller_after_grace: bool = True) -> int | None:
-        """An internal topic's replication factor now: `wanted` once that many brokers are unfenced, or (for the
-        broker's own creation, `smaller_after_grace`) every unfenced broker once this broker has been up for a
-        session timeout: a smaller cluster; None until then."""
+    def internal_replication_factor(self, wanted: int) -> int | None:
+        """An internal topic's replication factor now: `wanted` once that many brokers are unfenced, None until then
+        (callers answer COORDINATOR_NOT_AVAILABLE or LEADER_NOT_AVAILABLE meanwhile), as Kafka never creates
+        `__consumer_offsets` with fewer replicas than offsets.topic.replication.factor: a cluster that started slowly
+        would otherwise keep an under-replicated coordinator topic for good."""
         if not self.cluster_mode:
             return 1                             # one broker: its internal topics have one replica
-        alive = len(self.topics.image.unfenced_brokers())
-        waited = asyncio.get_running_loop().time() - self.started_at
-        if alive >= wanted or (smaller_after_grace and alive and
-                               waited > self.config.get_int("broker.session.timeout.ms") / 1000):
-            return min(wanted, alive)
-        return None
+        return wanted if len(self.topics.image.unfenced_brokers()) >= wanted else None
 
     async def ensure_internal_topic(self, name: str) -> None:
         """Cluster: create an internal topic through the controller (Kafka's AutoTopicCreationManager), with its

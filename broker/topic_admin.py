@@ -61,18 +61,29 @@ def default_replication_factor(broker, image) -> int:
 
 
 def check_create(broker, image, name: str, num_partitions: int, replication_factor: int,
-                 assignments=(), configs: dict | None = None) -> tuple[list[list[int]], dict[str, str]]:
+                 assignments=(), configs: dict | None = None,
+                 indexes: list[int] | None = None) -> tuple[list[list[int]], dict[str, str]]:
     """Validate a topic creation against `image` (the controller's latest); returns (replica assignment,
-    normalized configs) or raises AdminError."""
+    normalized configs) or raises AdminError. `indexes`: the partition index of each of `assignments` (CreateTopics
+    names them; None: in order)."""
     reason = topic_name_error(name)
     if reason:
         raise AdminError(ErrorCode.invalid_topic_exception, reason)
     if image.get(name) is not None:
         raise AdminError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+    if "." in name or "_" in name:
+        # Kafka: '.' and '_' become the same in metric names, so names differing only there collide
+        norm = name.replace(".", "_")
+        other = next((t.name for t in image.topics() if t.name.replace(".", "_") == norm), None)
+        if other is not None:
+            raise AdminError(ErrorCode.invalid_topic_exception,
+                             f"Topic '{name}' collides with existing topic: {other}")
     if assignments:
         if num_partitions != -1 or replication_factor != -1:
             raise AdminError(ErrorCode.invalid_request, "Both numPartitions or replicationFactor and replicasAssignments "
                                                    "were set. Both cannot be used at the same time.")
+        if indexes is not None:
+            assignments = _by_index(indexes, assignments)
         if len(assignments) > MAX_PARTITIONS:
             raise AdminError(ErrorCode.invalid_partitions, f"Number of partitions {len(assignments)} exceeds "
                                                            f"{MAX_PARTITIONS}")
@@ -90,6 +101,21 @@ def check_create(broker, image, name: str, num_partitions: int, replication_fact
     normalized = validate_configs(configs or {})
     validate_remote_storage(broker, name, normalized)   # also resolves the full config
     return assignment, normalized
+
+
+def _by_index(indexes: list[int], assignments) -> list:
+    """A manual assignment given per partition index, in index order; as Kafka's ReplicationControlManager, each
+    index once and together 0..n-1 (INVALID_REPLICA_ASSIGNMENT otherwise)."""
+    by_index: dict[int, object] = {}
+    for i, replicas in zip(indexes, assignments):
+        if i in by_index:
+            raise AdminError(ErrorCode.invalid_replica_assignment,
+                             f"Found multiple manual partition assignments for partition {i}")
+        by_index[i] = replicas
+    if sorted(by_index) != list(range(len(by_index))):
+        raise AdminError(ErrorCode.invalid_replica_assignment,
+                         "partitions should be a consecutive 0-based integer sequence")
+    return [by_index[i] for i in range(len(by_index))]
 
 
 def place(image, partitions: int, replication_factor: int, first_partition: int = 0) -> list[list[int]]:
@@ -175,11 +201,13 @@ async def submit(broker, operation):
 
 
 async def create_topic(broker, name: str, partitions: int, replication_factor: int, assignments=(),
-                       configs: dict | None = None, validate_only: bool = False) -> tuple[list[list[int]], dict, str]:
+                       configs: dict | None = None, validate_only: bool = False,
+                       indexes: list[int] | None = None) -> tuple[list[list[int]], dict, str]:
     """Validate and create a topic in one controller operation (the metadata publisher opens its partitions):
     (replica assignment, normalized configs, topic id or "" when only validated), or AdminError."""
     def operation(image):
-        assignment, cfg = check_create(broker, image, name, partitions, replication_factor, assignments, configs)
+        assignment, cfg = check_create(broker, image, name, partitions, replication_factor, assignments, configs,
+                                       indexes)
         if validate_only:
             return [], (assignment, cfg, "")
         records = topic_records(name, assignment, cfg)
@@ -217,7 +245,7 @@ async def auto_create(broker, name: str) -> tuple[int, object | None]:
     internal = broker.internal_topic(name)
     partitions, configs, rf = internal if internal is not None else (-1, {}, -1)
     if internal is not None:
-        rf = broker.internal_replication_factor(rf, smaller_after_grace=False)
+        rf = broker.internal_replication_factor(rf)
         if rf is None:
             return ErrorCode.leader_not_available, None
     if not broker.controller.active:

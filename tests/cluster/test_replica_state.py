@@ -114,19 +114,29 @@ def test_a_new_replica_whose_log_starts_inside_a_batch_catches_up(cluster, topic
 
 def test_an_internal_topic_asked_for_early_is_created_with_its_own_settings(tmp_path):
     """A client asks for __consumer_offsets (auto-creation allowed) while only two of three brokers run: the
-    brokers wait for offsets.topic.replication.factor brokers (or a session timeout) before creating it. The
-    client's request used to create it first, as an ordinary topic: num.partitions (1) and no compaction."""
+    brokers wait for offsets.topic.replication.factor brokers, however long that takes (Kafka never creates it with
+    fewer replicas), and then create it with its own settings. The client's request used to create it first, as an
+    ordinary topic: num.partitions (1) and no compaction; and a broker up for a session timeout used to create it
+    with the brokers it had, leaving it under-replicated for good."""
     cluster = Cluster(tmp_path, 3)
     try:
         for i in (1, 2):
             cluster.brokers[i].start()
         cluster.wait_for_brokers(2)
-        answers = set()
+
+        def ask(raw):
+            return raw.metadata(["__consumer_offsets"], auto_create=True).topics[0]
+
         with RawClient(cluster.brokers[2].bootstrap) as raw:
+            waited = time.monotonic() + 2 * 3.0 + 1      # two session timeouts (3 s in these clusters)
+            while time.monotonic() < waited:
+                t = ask(raw)
+                assert t.error_code != 0 and not t.partitions, "created with fewer replicas than configured"
+                time.sleep(0.2)
+            cluster.brokers[3].start()
             deadline = time.monotonic() + 60
             while True:
-                t = raw.metadata(["__consumer_offsets"], auto_create=True).topics[0]
-                answers.add(t.error_code)
+                t = ask(raw)
                 if t.error_code == 0 and t.partitions:
                     break
                 assert time.monotonic() < deadline, cluster.logs()
@@ -136,8 +146,7 @@ def test_an_internal_topic_asked_for_early_is_created_with_its_own_settings(tmp_
         res = ConfigResource(ConfigResource.Type.TOPIC, "__consumer_offsets")
         configs = admin.describe_configs([res])[res].result(timeout=15)
         assert configs["cleanup.policy"].value == "compact"
-        assert {len(p.replica_nodes) for p in t.partitions} == {2}        # every unfenced broker after the grace
-        cluster.brokers[3].start()
+        assert {len(p.replica_nodes) for p in t.partitions} == {3}        # offsets.topic.replication.factor
         cluster.wait_for_brokers(3)
     finally:
         stop_and_check(cluster)
