@@ -198,10 +198,10 @@ def many_partitions(side: Side, args) -> dict:
     for count in (1, args.partitions):
         topic = f"rr{count}"
         side.create(topic, count)
-        out[count] = with_cpu(side, lambda: java_produce(side, topic, args.java_messages, args.size, rr))
+        out[count] = with_cpu(side, lambda: java_produce(side, topic, args.rr_messages, args.size, rr))
     return {"p1_mb_s": out[1]["mb_s"], "pN_mb_s": out[args.partitions]["mb_s"],
             "pN_fraction": out[args.partitions]["mb_s"] / out[1]["mb_s"],
-            "pN_cpu_ms_mb": 1000 * out[args.partitions]["cpu_s"] / (args.java_messages * args.size / MB)}
+            "pN_cpu_ms_mb": 1000 * out[args.partitions]["cpu_s"] / (args.rr_messages * args.size / MB)}
 
 
 def rf3(side: Side, args) -> dict:
@@ -377,7 +377,7 @@ def block(res: dict, args, wall: float) -> str:
     return "\n".join([
         BEGIN,
         f"Run {when}, {wall / 60:.0f} min: `bench/vs_kafka.py --rounds {args.rounds} --messages {args.messages} "
-        f"--java-messages {args.java_messages} --size {args.size}`; Strata at {m['commit']}, Apache Kafka "
+        f"--java-messages {args.java_messages} --rr-messages {args.rr_messages} --size {args.size}`; Strata at {m['commit']}, Apache Kafka "
         f"{env['apache_kafka']} ({env['java']}), librdkafka {m['librdkafka']}; {m['cpus']} cores ({m['cpu']}), "
         f"{m['memory']}. Medians of {args.rounds} alternating rounds for one broker; one run of each cluster.",
         "",
@@ -398,6 +398,7 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=200_000, help="librdkafka records per phase")
     ap.add_argument("--java-messages", type=int, default=300_000, help="Java producer records per phase")
     ap.add_argument("--size", type=int, default=1000, help="record value bytes")
+    ap.add_argument("--rr-messages", type=int, default=150_000, help="records per round-robin phase")
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--paced-seconds", type=int, default=20)
     ap.add_argument("--failover-rounds", type=int, default=3)
@@ -410,6 +411,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.messages, args.java_messages, args.partitions = 1, 20_000, 30_000, 100
+        args.rr_messages = 30_000
         args.paced_seconds, args.failover_rounds, args.startup_partitions, args.settle = 3, 1, 1000, 0
         args.write = False
     reason = ak.skip_reason()
