@@ -27,6 +27,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "socket.request.max.bytes": str(100 * 1024 * 1024),
     "log.retention.check.interval.ms": "300000",
     "max.incremental.fetch.session.cache.slots": "1000",
+    "max.request.partition.size.limit": "2000",
     "cluster.id": "",
     # Tiered storage (KIP-405), Kafka's names and defaults; see docs/tiered-storage.md
     "remote.log.storage.system.enable": "false",

@@ -36,10 +36,22 @@ _I16 = struct.Struct(">h")
 class InvalidRecordError(Exception):
     """A batch a client sent is not acceptable; `error_code` is the Kafka error to answer with."""
 
-    def __init__(self, error_code: int, message: str, record_errors: list[tuple[int, str]] | None = None):
+    def __init__(self, error_code: int, message: str, record_errors: list[tuple[int, str]] | None = None,
+                 request_level: bool = False):
         super().__init__(message)
         self.error_code = error_code
         self.record_errors = record_errors or []     # KIP-467: (batch index, message) of each refused record
+        # one of the checks Kafka makes while reading the request (ProduceRequest.validateRecords), before any log
+        # is involved: its answer carries no log start offset (-1)
+        self.request_level = request_level
+
+
+class LegacyMagicError(InvalidRecordError):
+    """A magic 0 or 1 message set: INVALID_RECORD in a v2-only Produce (v3+), as Kafka answers."""
+
+    def __init__(self, magic: int):
+        super().__init__(INVALID_RECORD, f"only record batches with magic 2 are allowed, not magic {magic}",
+                         request_level=True)
 
 
 # Kafka error codes used here (kept numeric so storage does not depend on kio).
@@ -125,17 +137,19 @@ def split_and_validate(records, max_message_bytes: int) -> list[BatchHeader]:
     """
     n = len(records)
     if n == 0:
-        raise InvalidRecordError(CORRUPT_MESSAGE, "empty record set")
+        raise InvalidRecordError(INVALID_RECORD, "a produce request needs one record batch per partition",
+                                 request_level=True)
     headers: list[BatchHeader] = []
     pos = 0
     while pos < n:
+        magic = records[pos + 16] if n - pos >= 17 else 2
+        if magic in (0, 1):
+            raise LegacyMagicError(magic)
+        if magic != 2:        # Kafka's batch reader: "Invalid magic found in record"
+            raise InvalidRecordError(CORRUPT_MESSAGE, f"invalid magic {magic}", request_level=True)
         if n - pos < HEADER_SIZE:
-            if n - pos >= 17 and records[pos + 16] != 2:
-                raise InvalidRecordError(UNSUPPORTED_FOR_MESSAGE_FORMAT, "only magic 2 record batches are supported")
             raise InvalidRecordError(CORRUPT_MESSAGE, f"truncated batch header at byte {pos}")
         h = read_header(records, pos)
-        if h.magic != 2:
-            raise InvalidRecordError(UNSUPPORTED_FOR_MESSAGE_FORMAT, f"magic {h.magic} is not supported, only 2")
         if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + h.size > n:
             raise InvalidRecordError(CORRUPT_MESSAGE, f"batch length {h.batch_length} does not fit the record set")
         if h.size > max_message_bytes:
@@ -155,8 +169,9 @@ def split_and_validate(records, max_message_bytes: int) -> list[BatchHeader]:
         headers.append(h)
         pos += h.size
     if len(headers) > 1:
-        # Kafka accepts exactly one batch per partition for magic 2 (LogValidator).
-        raise InvalidRecordError(INVALID_RECORD, "a v2 produce request must carry exactly one batch per partition")
+        # Kafka accepts exactly one batch per partition for magic 2 (ProduceRequest.validateRecords).
+        raise InvalidRecordError(INVALID_RECORD, "a v2 produce request must carry exactly one batch per partition",
+                                 request_level=True)
     return headers
 
 

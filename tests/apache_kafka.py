@@ -208,6 +208,11 @@ class KafkaCluster:
         raise RuntimeError(f"Apache Kafka did not list {n} brokers:\n{self.logs()}")
 
     def stop(self) -> None:
+        # SIGTERM to every node first: one by one, the last nodes wait for a controller quorum the others already
+        # left (three nodes took ~35 s one by one, ~7 s together).
+        for n in self.nodes.values():
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.send_signal(signal.SIGTERM)
         for n in self.nodes.values():
             n.stop()
 

@@ -17,18 +17,18 @@ def _grow(t, validate_only: bool):
     def operation(image):
         info = image.get(t.name)
         if info is None:
-            raise AdminError(ErrorCode.unknown_topic_or_partition, f"The topic '{t.name}' does not exist.")
-        if t.count <= info.partitions:
+            raise AdminError(ErrorCode.unknown_topic_or_partition, None)      # Kafka's controller: no message
+        if t.count <= info.partitions:     # Kafka's ReplicationControlManager.createPartitions, word for word
             raise AdminError(ErrorCode.invalid_partitions,
-                             f"Topic currently has {info.partitions} partitions, which is higher than the requested "
-                             f"{t.count}." if t.count < info.partitions else
-                             f"Topic already has {info.partitions} partitions.")
+                             f"The topic {t.name} currently has {info.partitions} partition(s); {t.count} would not "
+                             f"be an increase." if t.count < info.partitions else
+                             f"Topic already has {info.partitions} partition(s).")
         if t.count > MAX_PARTITIONS:
             raise AdminError(ErrorCode.invalid_partitions, f"Partition count {t.count} exceeds {MAX_PARTITIONS}")
         if t.assignments is not None and len(t.assignments) != t.count - info.partitions:
             raise AdminError(ErrorCode.invalid_replica_assignment,
-                             f"Increasing the number of partitions by {t.count - info.partitions} but "
-                             f"{len(t.assignments)} assignments provided.")
+                             f"Attempted to add {t.count - info.partitions} additional partition(s), but only "
+                             f"{len(t.assignments)} assignment(s) were specified.")
         rf = len(info.partition(0).replicas)
         if t.assignments is not None:
             assignment = check_replica_assignment(image, [a.broker_ids for a in t.assignments])
@@ -54,6 +54,6 @@ async def handle(broker, req):
                 raise AdminError(ErrorCode.invalid_request, "Duplicate topic in request.")
             await submit(broker, _grow(t, body.validate_only))
         except AdminError as e:
-            res.update(error_code=e.code, error_message=str(e))
+            res.update(error_code=e.code, error_message=e.args[0])
         results.append(res)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "results": results})

@@ -24,13 +24,17 @@ async def handle(broker, req):
     for t in body.topics:
         res = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
                "num_partitions": -1, "replication_factor": -1, "configs": None}
+        if seen[t.name] < 0:
+            continue                        # one answer per duplicated name, as Kafka's ControllerApis gives
         try:
             if seen[t.name] > 1:
+                seen[t.name] = -1
                 raise AdminError(ErrorCode.invalid_request,
                                  f"Create topics request from client contains duplicate topic {t.name}")
             assignment, cfg, topic_id = await create_topic(
                 broker, t.name, t.num_partitions, t.replication_factor, [a.broker_ids for a in t.assignments],
-                {c.name: c.value for c in t.configs}, validate_only=body.validate_only)
+                {c.name: c.value for c in t.configs}, validate_only=body.validate_only,
+                indexes=[a.partition_index for a in t.assignments])
             if topic_id:
                 res["topic_id"] = uuid.UUID(topic_id)
             res.update(num_partitions=len(assignment), replication_factor=len(assignment[0]))

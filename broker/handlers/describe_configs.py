@@ -30,25 +30,48 @@ def _fmt(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+# Kafka's DynamicBrokerConfig.brokerConfigSynonyms: the names of one setting in other units, most precise first, and
+# Kafka's defaults of those names (None: no default of its own; the setting falls back to the next name).
+_UNIT_GROUPS = (("log.roll.ms", "log.roll.hours"), ("log.retention.ms", "log.retention.minutes", "log.retention.hours"))
+_GROUP_OF = {n: g for g in _UNIT_GROUPS for n in g}
+_KAFKA_DEFAULTS = {"log.retention.ms": None, "log.retention.minutes": None, "log.retention.hours": "168",
+                   "log.roll.ms": None, "log.roll.hours": "168", "log.flush.interval.ms": None,
+                   # topic configs without a broker-level name in Kafka (Strata reads one, with no default of its own)
+                   "remote.storage.enable": None, "remote.log.copy.disable": None,
+                   "remote.log.delete.on.disable": None}
+
+
+def _defaults() -> dict[str, str | None]:
+    return {**{d.broker_name: _fmt(d.default) for d in TOPIC_CONFIGS.values()}, **BROKER_DEFAULTS, **_KAFKA_DEFAULTS}
+
+
+def _synonyms(config, name: str, defaults: dict) -> list[dict]:
+    """Kafka's configSynonyms: every layer (this broker's dynamic configs, the cluster-wide default, the static file,
+    the default) over every name of the setting, then `dropWhile(_.name != name)`: a value in other units shows only
+    once the asked name itself has one (kafka-configs.sh: `log.retention.ms=7200000 ... synonyms={DYNAMIC_BROKER_
+    CONFIG:log.retention.ms=7200000, DEFAULT_CONFIG:log.retention.hours=168}`; with nothing set, `synonyms={}`)."""
+    group = _GROUP_OF.get(name, (name,))
+    out = [{"name": n, "value": layer[n], "source": source}
+           for layer, source in ((config.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+                                 (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+                                 (config.props, STATIC_BROKER_CONFIG)) for n in group if n in layer]
+    out += [{"name": n, "value": defaults[n], "source": DEFAULT_CONFIG} for n in group if defaults.get(n) is not None]
+    while out and out[0]["name"] != name:
+        out.pop(0)
+    return out
+
+
 def topic_config_entries(broker, overrides: dict[str, str]) -> list[dict]:
     config = broker.config
     resolved = config.log_config(overrides)
-    defaults = config.log_defaults()
+    defaults = _defaults()
     out = []
     for name, d in TOPIC_CONFIGS.items():
-        synonyms = []
-        broker_source = SOURCES[config.source_of(d.broker_name)] if d.broker_name in defaults else DEFAULT_CONFIG
+        synonyms = _synonyms(config, d.broker_name, defaults)
+        source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
         if name in overrides:
             source = DYNAMIC_TOPIC_CONFIG
-            synonyms.append({"name": name, "value": overrides[name], "source": DYNAMIC_TOPIC_CONFIG})
-        else:
-            source = broker_source
-        for layer, layer_source in ((config.dynamic_broker, DYNAMIC_BROKER_CONFIG),
-                                    (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
-                                    (config.props, STATIC_BROKER_CONFIG)):
-            if d.broker_name in layer:
-                synonyms.append({"name": d.broker_name, "value": layer[d.broker_name], "source": layer_source})
-        synonyms.append({"name": d.broker_name, "value": _fmt(d.default), "source": DEFAULT_CONFIG})
+            synonyms.insert(0, {"name": name, "value": overrides[name], "source": DYNAMIC_TOPIC_CONFIG})
         out.append({"name": name, "value": _fmt(resolved.get(name)), "read_only": False, "config_source": source,
                     "is_sensitive": False, "is_default": source == DEFAULT_CONFIG, "synonyms": synonyms,
                     "config_type": _TYPE[d.kind], "documentation": None})
@@ -80,20 +103,15 @@ def _broker_entries(broker) -> list[dict]:
     """This broker's configs, each from the layer that sets it, with the layers below as synonyms."""
     config = broker.config
     out = []
-    defaults = {**{d.broker_name: _fmt(d.default) for d in TOPIC_CONFIGS.values()}, **BROKER_DEFAULTS}
+    defaults = _defaults()
     names = set(defaults) | set(config.props) | set(config.dynamic_default) | set(config.dynamic_broker)
     for name in sorted(names):
-        source = SOURCES[config.source_of(name)]
-        value = config.get(name) if source != DEFAULT_CONFIG else defaults.get(name, "")
+        synonyms = _synonyms(config, name, defaults)
+        source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
+        value = config.get(name) if source != DEFAULT_CONFIG else defaults.get(name)
         if value and (name == STORE_URL or (name.startswith("remote.wal.storage.") and name.endswith(".url"))):
             value = absolute_store_url(value)
         sensitive = is_sensitive(name)
-        synonyms = [{"name": name, "value": layer[name], "source": layer_source}
-                    for layer, layer_source in ((config.dynamic_broker, DYNAMIC_BROKER_CONFIG),
-                                                (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
-                                                (config.props, STATIC_BROKER_CONFIG)) if name in layer]
-        if name in defaults:
-            synonyms.append({"name": name, "value": defaults[name], "source": DEFAULT_CONFIG})
         out.append(_entry(name, None if sensitive else value, source, name not in DYNAMIC_BROKER_CONFIGS,
                           sensitive, synonyms))
     return out
@@ -106,8 +124,10 @@ def _entry(name: str, value, source: int, read_only: bool, sensitive: bool = Fal
 
 
 def _broker_default_entries(broker) -> list[dict]:
-    """The cluster-wide default resource (name ""): its dynamic configs only, as Kafka answers."""
-    return [_entry(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG, False)
+    """The cluster-wide default resource (name ""): its dynamic configs only, each its own synonym, as Kafka answers
+    (its createBrokerConfigEntry keeps only DYNAMIC_DEFAULT_BROKER_CONFIG synonyms for the default resource)."""
+    return [_entry(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG, False,
+                   synonyms=[{"name": k, "value": v, "source": DYNAMIC_DEFAULT_BROKER_CONFIG}])
             for k, v in sorted(broker.topics.image.broker_configs.get("", {}).items())]
 
 

@@ -4,6 +4,8 @@ lives in the object store with the active controller as its only writer (conditi
 broker is an observer at the offset its last heartbeat reported."""
 from __future__ import annotations
 
+import time
+
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -22,6 +24,7 @@ def handle(broker, req):
         return kio_codec.encode_response(API_KEY, v, {"error_code": ErrorCode.unknown_topic_or_partition,
                                                       "error_message": None, "topics": [], "nodes": []})
     image = broker.topics.image
+    now = int(time.time() * 1000)
     leader = image.controller_id if image.controller_id >= 0 else broker.node_id
     control = broker.cluster_control
     positions = control.metadata_positions if control is not None else {}
@@ -42,7 +45,8 @@ def handle(broker, req):
                                                    for name, host, port in reg.endpoints]}]
     partition = {"partition_index": 0, "error_code": 0, "error_message": None, "leader_id": leader,
                  "leader_epoch": image.controller_epoch, "high_watermark": image.offset + 1,
-                 "current_voters": [replica(leader, image.offset + 1)], "observers": observers}
+                 # the leader is caught up with itself as of now (Kafka's LeaderState reports its own replica so)
+                 "current_voters": [replica(leader, image.offset + 1, now, now)], "observers": observers}
     return kio_codec.encode_response(API_KEY, v, {"error_code": 0, "error_message": None, "nodes": nodes,
                                                   "topics": [{"topic_name": METADATA_TOPIC,
                                                               "partitions": [partition]}]})

@@ -1,5 +1,6 @@
 """ElectLeaders (key 43): move leadership back to the preferred (first assigned) replica. Only PREFERRED elections:
-unclean elections (type 1) are refused, as unclean.leader.election.enable is false. Served by the controller;
+an unclean election (type 1) is refused for a partition without a leader, as unclean.leader.election.enable is
+false; for one with a leader it is not needed (ELECTION_NOT_NEEDED, as Kafka answers). Served by the controller;
 other brokers forward it."""
 from __future__ import annotations
 
@@ -27,8 +28,7 @@ async def handle(broker, req):
     top_error = 0
     try:
         if election != PREFERRED:
-            outcome = {k: (ErrorCode.invalid_request, "Only preferred leader elections are supported")
-                       for k in partitions_of(broker.topics.image, wanted)}
+            outcome = {k: _unclean(broker.topics.image, *k) for k in partitions_of(broker.topics.image, wanted)}
         else:
             outcome = {k: (err, None) for k, err in (await submit(broker, elect_preferred_operation(wanted))).items()}
     except AdminError as e:                  # NOT_CONTROLLER: for each partition asked for, or for the request
@@ -37,7 +37,22 @@ async def handle(broker, req):
         outcome = {k: r for k, r in outcome.items() if r[0] != ErrorCode.election_not_needed}
     topics: dict[str, list] = {}
     for (name, index), (err, msg) in outcome.items():
+        if err == ErrorCode.unknown_topic_or_partition and msg is None:     # Kafka's controller's words
+            msg = f"No such topic as {name}" if broker.topics.get(name) is None else \
+                f"No such partition as {name}-{index}"
         topics.setdefault(name, []).append({"partition_id": index, "error_code": err, "error_message": msg})
     return kio_codec.encode_response(API_KEY, v, {
         "throttle_time": 0, "error_code": top_error,
         "replica_election_results": [{"topic": n, "partition_result": ps} for n, ps in topics.items()]})
+
+
+def _unclean(image, name: str, index: int) -> tuple[int, str | None]:
+    """An UNCLEAN election's outcome for one partition: Kafka's ReplicationControlManager answers
+    ELECTION_NOT_NEEDED while the partition has a leader; Strata never elects outside the ISR."""
+    t = image.get(name)
+    p = t.partition(index) if t is not None else None
+    if p is None:
+        return ErrorCode.unknown_topic_or_partition, None
+    if p.leader >= 0:
+        return ErrorCode.election_not_needed, None
+    return ErrorCode.invalid_request, "Unclean leader elections are not supported"

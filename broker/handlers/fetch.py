@@ -90,10 +90,12 @@ def handle(broker, req):
             tkey = ft.topic_id if by_id else ft.topic
             for p in ft.partitions:
                 session.partitions.pop((tkey, p), None)
-        epochs = {(t.topic_id if by_id else t.topic, p.partition): getattr(p, "current_leader_epoch", -1)
+        epochs = {(t.topic_id if by_id else t.topic, p.partition): (getattr(p, "current_leader_epoch", -1),
+                                                                    getattr(p, "last_fetched_epoch", -1))
                   for t in body.topics for p in t.partitions}
         for key, sp in session.partitions.items():
-            wanted.append(_Wanted(key, key[0], key[1], sp.fetch_offset, sp.max_bytes, epochs.get(key, -1), sp))
+            current, last_fetched = epochs.get(key, (-1, -1))
+            wanted.append(_Wanted(key, key[0], key[1], sp.fetch_offset, sp.max_bytes, current, sp, last_fetched))
     else:
         for t in body.topics:
             tkey = t.topic_id if by_id else t.topic
@@ -108,6 +110,7 @@ def handle(broker, req):
     # Kafka's FetchParams.fetchOnlyLeader: a consumer without client metadata (before v11) reads from leaders only
     leader_only = version < 11
     _resolve(broker, wanted, by_id, leader_only)
+    _check_last_fetched_epoch(wanted)
     if not leader_only and broker.replica_selector is not None:
         image, now, rack = broker.topics.image, time.monotonic(), body.rack_id or None
         for w in wanted:
@@ -122,7 +125,8 @@ def handle(broker, req):
     results, total = _read_all(wanted, max_bytes)
     if any(w.remote is not None for w in wanted):
         return _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
-    if max_wait <= 0 or total >= min_bytes or any(w.error or w.preferred >= 0 for w in wanted) or not wanted:
+    if max_wait <= 0 or total >= min_bytes or not wanted or \
+            any(w.error or w.preferred >= 0 or w.diverging for w in wanted):
         return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
     return _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
                              max_wait, min_bytes, max_bytes, leader_only)
@@ -235,6 +239,20 @@ def _resolve(broker, wanted: list[_Wanted], by_id: bool, leader_only: bool = Tru
             w.error = (leader_only and w.part.not_leader_error()) or w.part.check_leader_epoch(w.leader_epoch)
 
 
+def _check_last_fetched_epoch(wanted: list[_Wanted]) -> None:
+    """A consumer's last_fetched_epoch (v12+), as Kafka's Partition.fetchRecords checks it for every fetcher: the
+    end of that epoch in our log; none known is OFFSET_OUT_OF_RANGE, an earlier epoch or an end below the fetch
+    offset answers diverging_epoch instead of records."""
+    for w in wanted:
+        if w.error or w.last_fetched_epoch < 0:
+            continue
+        epoch, end = w.part.last_offset_for_leader_epoch(w.last_fetched_epoch)
+        if epoch < 0 or end < 0:
+            w.error = ErrorCode.offset_out_of_range
+        elif epoch < w.last_fetched_epoch or end < w.fetch_offset:
+            w.diverging = (epoch, end)
+
+
 def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: float = 0.0):
     """Read each partition within the byte budgets. A consumer reads below the high watermark and may start a remote
     read; a follower (`replica` >= 0) reads to the log end, only locally, nothing where its log diverged, and may
@@ -277,8 +295,10 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
         part = w.part
         if size and traffic is not None and part is not None:
             traffic.topic(part.topic).bytes_out += size
-        if w.error == UNKNOWN_SERVER_ERROR:
-            part = None        # as Kafka's createLogReadResult(exception): unknown offsets with the error
+        if w.error == UNKNOWN_SERVER_ERROR or (consumer and w.error):
+            # as Kafka's createLogReadResult(exception): unknown (-1) offsets with the error. A follower still gets
+            # them with OFFSET_OUT_OF_RANGE and OFFSET_MOVED_TO_TIERED_STORAGE (it restarts at the log start).
+            part = None
         hw = part.high_watermark if part is not None else -1
         lso = hw
         log_start = part.log_start_offset if part is not None else -1

@@ -1,7 +1,8 @@
 """InitProducerId (key 22): producer ids for idempotent producers (transactions arrive later).
 
-A producer that sends its current id and epoch (KIP-360, after an unknown-producer or sequence error) gets the same id
-with the epoch bumped, so its sequence numbers restart at 0.
+Without a transactional id every request gets a new producer id at epoch 0, also one that names its current id and
+epoch, as Kafka's TransactionCoordinator answers: an idempotent producer bumps its epoch itself (KIP-360), and the
+producer state takes epoch + 1 from sequence 0.
 """
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ API_KEY = 22
 VERSIONS = (0, 5)
 DECODABLE = (0, 5)
 
-MAX_EPOCH = 32767
-
 
 async def handle(broker, req):
     v = req.api_version
@@ -23,14 +22,9 @@ async def handle(broker, req):
         # No transaction coordinator yet: retriable error, as Kafka answers while its coordinator is unavailable.
         resp["error_code"] = ErrorCode.coordinator_not_available
     else:
-        pid = getattr(body, "producer_id", -1)
-        epoch = getattr(body, "producer_epoch", -1)
-        if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
-            resp.update(producer_id=pid, producer_epoch=epoch + 1)
+        pid = await broker.producer_ids.next_producer_id()
+        if pid < 0:          # no controller to allocate a block: retriable, as Kafka answers then
+            resp["error_code"] = ErrorCode.coordinator_load_in_progress
         else:
-            pid = await broker.producer_ids.next_producer_id()
-            if pid < 0:          # no controller to allocate a block: retriable, as Kafka answers then
-                resp["error_code"] = ErrorCode.coordinator_load_in_progress
-            else:
-                resp.update(producer_id=pid, producer_epoch=0)
+            resp.update(producer_id=pid, producer_epoch=0)
     return kio_codec.encode_response(API_KEY, v, resp)

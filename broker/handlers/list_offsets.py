@@ -1,5 +1,7 @@
-"""ListOffsets (key 2): -1 latest, -2 earliest, -3 max timestamp, -4 earliest local, -5 latest tiered, or the first
-offset whose record timestamp is at or after a given time (through the time index).
+"""ListOffsets (key 2): -1 latest, -2 earliest, -3 max timestamp (v7+), -4 earliest local (v8+), -5 latest tiered
+(v9+), or the first offset whose record timestamp is at or after a given time (through the time index); any other
+negative timestamp is UNSUPPORTED_VERSION, as in Kafka. Only current_leader_epoch -1 skips the leader epoch check:
+Kafka takes any other negative one as an old epoch (FENCED_LEADER_EPOCH).
 
 With tiered storage (KIP-405, KIP-1005) earliest is the log start offset including the remote tier, -4 the local log
 start, -5 the highest offset in the remote tier (-1 with epoch -1 when the topic is not tiered), and a timestamp is
@@ -19,6 +21,10 @@ API_KEY = 2
 VERSIONS = (0, 9)      # min 0: librdkafka 2.0.2's feature detection, see produce.py
 DECODABLE = (1, 9)
 
+# The special timestamps and the version that introduced each; Kafka answers UNSUPPORTED_VERSION to one the request's
+# version does not have, and to any other negative timestamp.
+_MIN_VERSION = {-3: 7, -4: 8, -5: 9}
+
 
 def handle(broker, req):
     v = req.api_version
@@ -32,7 +38,10 @@ def handle(broker, req):
             epoch = getattr(p, "current_leader_epoch", -1)
             if part is None:
                 res = broker.replicas.missing_error(t.name, p.partition_index), -1, -1, -1
-            elif err := part.not_leader_error() or part.check_leader_epoch(epoch):
+            elif p.timestamp < -2 and v < _MIN_VERSION.get(p.timestamp, 99):
+                res = ErrorCode.unsupported_version, -1, -1, -1
+            elif err := part.not_leader_error() or (ErrorCode.fenced_leader_epoch if epoch < -1 else
+                                                     part.check_leader_epoch(epoch)):
                 res = err, -1, -1, -1
             else:
                 res = part.fetch_offset_for_timestamp(p.timestamp)

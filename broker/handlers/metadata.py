@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 from broker.topic_admin import auto_create
+from broker.handlers.produce import INTERNAL_TOPICS
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 from protocol.kio_codec import EncodedResponse
@@ -46,7 +47,9 @@ def _answer(broker, v, requested, create_errors: dict):
         for rt in requested:
             name = getattr(rt, "name", None)
             topic_id = getattr(rt, "topic_id", None)
-            if name is None and topic_id is not None and topic_id.int != 0:
+            # A non-zero id wins over the name, as in Kafka's KafkaApis: the Java admin client's describeTopics by
+            # id sends the name as "" (the field's default), not null.
+            if topic_id is not None and topic_id.int != 0:
                 info = broker.topics.by_id(topic_id)
                 topics.append((ErrorCode.unknown_topic_id, None, None, topic_id) if info is None
                               else (0, info.name, info, None))
@@ -95,7 +98,7 @@ def encode_response(v: int, brokers, cluster_id: str | None, controller_id: int,
             out.append(bytes.fromhex(info.topic_id) if info is not None
                        else topic_id.bytes if topic_id is not None else _ZERO_UUID)
         if v >= 1:
-            out.append(b"\x01" if name is not None and name.startswith("__") else b"\x00")   # is_internal
+            out.append(b"\x01" if name in INTERNAL_TOPICS else b"\x00")   # is_internal: Kafka's Topic.isInternal
         if info is None:
             out.append(array_len(0, flex))
         else:

@@ -1,16 +1,18 @@
 """Produce (key 0), hand-parsed so record bytes stay a writable view of the request frame until they reach the log.
 
 Advertised from v0 because librdkafka 2.0.2 (Debian's kcat) disables compression when Produce's minimum is above 2;
-clients pick the highest version, and v0-2 (magic 0/1 message sets) get UNSUPPORTED_FOR_MESSAGE_FORMAT.
+clients pick the highest version, and v0-2 (magic 0/1 message sets) get UNSUPPORTED_FOR_MESSAGE_FORMAT; in v3+ a
+magic 0/1 set is INVALID_RECORD and an unknown magic CORRUPT_MESSAGE, as Kafka answers.
 """
 from __future__ import annotations
 
 import logging
 import struct
+import time
 
 from broker.current_leader import current_leaders
-from protocol.record_batch import InvalidRecordError, split_and_validate
-from protocol.records import null_key_indexes, recompress_batch
+from protocol.record_batch import InvalidRecordError, LegacyMagicError, split_and_validate
+from protocol.records import iter_records, null_key_indexes, recompress_batch
 from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, leader_id_and_epoch, node_endpoints,
                            read_array_len, read_bytes_view, read_i16, read_i32, read_string, skip_tagged_fields, string,
                            tagged_fields)
@@ -23,6 +25,17 @@ DECODABLE = (0, 11)
 
 
 log = logging.getLogger("strata.produce")
+
+# Errors Kafka's ReplicaManager.appendToLocalLog answers with LogAppendInfo.UNKNOWN_LOG_APPEND_INFO: no log start
+# offset (-1); the others carry the partition's log start offset.
+_UNKNOWN_APPEND_INFO = frozenset({
+    ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower, ErrorCode.message_too_large,
+    ErrorCode.record_list_too_large, ErrorCode.corrupt_message, ErrorCode.kafka_storage_error,
+    ErrorCode.unknown_topic_id, ErrorCode.invalid_topic_exception, ErrorCode.transactional_id_authorization_failed})
+
+# Kafka's Topic.INTERNAL_TOPICS: clients may not append to them, except Kafka's own admin client id ("__admin_client")
+# and, here, other Strata brokers writing a coordinator's records to the partition's leader.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def parse(frame, pos: int, version: int, flexible: bool):
@@ -60,6 +73,10 @@ def handle(broker, req):
     replicas = broker.replicas
     out_topics = []
     delayed = []                 # acks=all appends whose last offset the high watermark has not passed yet
+    # Kafka's KafkaApis.handleProduceRequest: transactional records need a transactional id (one the client may write
+    # as), else every partition of the request fails
+    refused = ErrorCode.transactional_id_authorization_failed if txn_id is None and _has_transactional(topics) else 0
+    internal_allowed = req.client_id == "__admin_client" or (req.client_id or "").startswith("strata-broker-")
     for name, parts in topics:
         topic = broker.topics.get(name) if name is not None else None
         out_parts = []
@@ -68,10 +85,14 @@ def handle(broker, req):
             msg, record_errors = None, ()
             base_offset, append_time, log_start = -1, -1, -1
             part = replicas.get(name, index) if topic is not None else None
-            if acks not in (-1, 0, 1):
+            if refused:
+                err = refused
+            elif acks not in (-1, 0, 1):
                 err = ErrorCode.invalid_required_acks
             elif part is None:
                 err = replicas.missing_error(name, index) if topic is not None else ErrorCode.unknown_topic_or_partition
+            elif name in INTERNAL_TOPICS and not internal_allowed:
+                err, msg = ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}"
             elif records is None:
                 err, msg = ErrorCode.corrupt_message, "null record set"
             else:
@@ -80,6 +101,8 @@ def handle(broker, req):
                     headers = split_and_validate(records, cfg.max_message_bytes)
                     if "compact" in cfg.cleanup_policy:
                         _check_keys(records, name, index)
+                    if cfg.message_timestamp_type == "CreateTime":
+                        _check_timestamps(records, headers[0], cfg)
                     target = _TARGET_CODEC.get(cfg.compression_type)
                     if target is not None and headers[0].compression != target:
                         records = _recompress(records, target)
@@ -100,11 +123,15 @@ def handle(broker, req):
                     log_start = result.log_start_offset
                 except InvalidRecordError as e:
                     err, msg, record_errors = e.error_code, str(e), e.record_errors
-                    log_start = part.log_start_offset
+                    if version < 3 and isinstance(e, LegacyMagicError):
+                        err = ErrorCode.unsupported_for_message_format
+                    log_start = -1 if e.request_level else part.log_start_offset
                     log.info("rejected produce to %s-%d from %s: %s", name, index, req.client_id, e)
                 except OSError as e:
                     log.error("append to %s-%d failed: %s", name, index, e)
                     err, msg = ErrorCode.kafka_storage_error, str(e)
+            if err in _UNKNOWN_APPEND_INFO:
+                log_start = -1
             out_parts.append((index, err, base_offset, append_time, log_start, msg, record_errors))
         out_topics.append((name, out_parts))
         if appended:
@@ -174,6 +201,38 @@ def _check_keys(records, topic: str, index: int) -> None:
         raise InvalidRecordError(ErrorCode.invalid_record, f"One or more records have been rejected due to {len(errors)} "
                                                  f"record errors in total, and only showing the first three errors "
                                                  f"at most: [{shown}]", errors)
+
+
+def _has_transactional(topics) -> bool:
+    """Whether any partition's first batch is a v2 batch flagged transactional (Kafka's hasTransactionalRecords)."""
+    for _, parts in topics:
+        for _, records in parts:
+            if records is not None and len(records) >= 23 and records[16] == 2 and records[22] & 0x10:
+                return True
+    return False
+
+
+def _check_timestamps(records, h, cfg) -> None:
+    """Kafka's LogValidator.validateTimestamp for CreateTime: every record within message.timestamp.before.max.ms
+    behind and message.timestamp.after.max.ms ahead of the broker's clock, else INVALID_TIMESTAMP with each such
+    record reported (KIP-467); records without a timestamp (-1) pass. The batch header's first and max timestamps let
+    most batches through undecoded."""
+    now = int(time.time() * 1000)
+    lo, hi = now - cfg.message_timestamp_before_max_ms, now + cfg.message_timestamp_after_max_ms
+    if (h.base_timestamp >= lo or h.base_timestamp == -1) and h.max_timestamp <= hi:
+        return
+    try:
+        errors = [(i, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. The timestamp "
+                      f"should be within [{lo}, {hi}]")
+                  for i, r in enumerate(iter_records(records))
+                  if r.timestamp != -1 and not lo <= r.timestamp <= hi]
+    except ValueError as e:
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"cannot decode records: {e}") from None
+    if errors:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        raise InvalidRecordError(ErrorCode.invalid_timestamp, f"One or more records have been rejected due to "
+                                 f"{len(errors)} record errors in total, and only showing the first three errors at "
+                                 f"most: [{shown}]", errors)
 
 
 def _recompress(records, codec: int) -> bytearray:

@@ -32,6 +32,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
     TopicConfigDef("max.message.bytes", "message.max.bytes", int, 1_048_588),
     TopicConfigDef("message.timestamp.type", "log.message.timestamp.type", str, "CreateTime",
                    ("CreateTime", "LogAppendTime")),
+    # how far a CreateTime timestamp may lie behind / ahead of the broker's clock (Kafka 4's defaults, KIP-937)
+    TopicConfigDef("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms", int, LONG_MAX),
+    TopicConfigDef("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms", int, 3_600_000),
     TopicConfigDef("min.insync.replicas", "min.insync.replicas", int, 1),
     TopicConfigDef("retention.bytes", "log.retention.bytes", int, -1),
     TopicConfigDef("retention.ms", "log.retention.ms", int, 604_800_000),
@@ -75,7 +78,8 @@ def parse_value(d: TopicConfigDef, raw: object) -> object:
         if d.name in ("segment.bytes",) and v < 14:
             raise ValueError(f"Invalid value {v} for configuration {d.name}: Value must be at least 14")
         if d.name in ("index.interval.bytes", "max.message.bytes", "segment.index.bytes", "min.compaction.lag.ms",
-                      "delete.retention.ms") and v < 0:
+                      "delete.retention.ms", "message.timestamp.before.max.ms",
+                      "message.timestamp.after.max.ms") and v < 0:
             raise ValueError(f"Invalid value {v} for configuration {d.name}: Value must be at least 0")
         if d.name in ("segment.ms", "flush.ms", "flush.messages") and v < 1:
             raise ValueError(f"Invalid value {v} for configuration {d.name}: Value must be at least 1")
@@ -108,6 +112,8 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     max_message_bytes: int = 1_048_588
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
     cleanup_policy: str = "delete"
     compression_type: str = "producer"
     delete_retention_ms: int = 86_400_000

@@ -78,8 +78,8 @@ def test_a_cluster_wide_default_applies_without_restart_and_survives_one(make_br
     assert entries["retention.ms"].value == "3600000"
     assert strata_configs(b.bootstrap, "--describe", "--entity-type", "brokers", "--entity-default") == (
         "Default configs for brokers in the cluster are:\n"
-        "  log.retention.ms=3600000 sensitive=false synonyms={}\n"
-        "  message.max.bytes=2000 sensitive=false synonyms={}\n")
+        "  log.retention.ms=3600000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=3600000}\n"
+        "  message.max.bytes=2000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:message.max.bytes=2000}\n")
 
     b.restart()                                                    # persisted in the metadata log
     admin = admin_client(b.bootstrap)

@@ -29,7 +29,8 @@ def apache_kafka(kafka_jars, tmp_path_factory):
 @pytest.fixture(scope="session")
 def strata(tmp_path_factory):
     """One Strata broker for the Kafka suites (its own, so their topics do not meet other suites')."""
-    b = BrokerProcess(tmp_path_factory.mktemp("strata-for-kafka")).start()
+    b = BrokerProcess(tmp_path_factory.mktemp("strata-for-kafka"),
+                      {"group.initial.rebalance.delay.ms": "0"}).start()   # as the Kafka fixtures run
     yield b
     rc = b.stop()
     assert rc == 0, f"broker exited with {rc}:\n{b.log_text()[-3000:]}"

@@ -739,6 +739,8 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         if err != ErrorCode.none:
             return err, []
         group = self.groups.get(group_id)
+        if group is None and group_id in self.consumer.groups:
+            return ErrorCode.none, self.consumer.leave_members(group_id, members)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
         if group.is_(DEAD):

@@ -522,6 +522,24 @@ class ConsumerGroupCoordinator(ConsumerGroupOffsets):
             self._cancel(self._rebalance_timers, (group.group_id, member_id))
         return err
 
+    def leave_members(self, group_id: str, members: list[tuple[str, str | None, str | None]]) -> list[int]:
+        """The classic LeaveGroup on a consumer group (Kafka's classicGroupLeaveToConsumerGroup), as the admin
+        client's removeMembersFromConsumerGroup sends it: each member named by id, or by group.instance.id with
+        an empty member id, is removed; per-member errors (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID)."""
+        errors = []
+        for member_id, instance_id, reason in members:
+            group = self.groups[group_id]
+            member = group.members.get(member_id) if instance_id is None else group.static_member(instance_id)
+            if member is None:
+                errors.append(ErrorCode.unknown_member_id)
+            elif instance_id is not None and member_id and member.member_id != member_id:
+                errors.append(ErrorCode.fenced_instance_id)
+            else:
+                log.info("group %s: member %s (instance %s) removed by LeaveGroup; reason: %s", group_id,
+                         member.member_id, instance_id, reason or "not provided")
+                errors.append(self._fence(group, member.member_id))
+        return errors
+
     # -- timers ------------------------------------------------------------------------------------------------------
     @staticmethod
     def _cancel(timers: dict, key) -> None:
