@@ -14,6 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tests.conftest import terminate
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "apache-kafka"
 JAVA_SOURCES = Path(__file__).resolve().parent / "kafka" / "java"
@@ -137,13 +139,7 @@ class KafkaNode:
     def stop(self, timeout: float = 30) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, timeout)
         self.proc = None
         self._log.close()
 

@@ -20,6 +20,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def terminate(proc: subprocess.Popen, timeout: float) -> int:
+    """SIGTERM (a clean shutdown), SIGKILL if it has not exited after `timeout`; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class BrokerProcess:
     """A broker subprocess. `restart()` keeps the data dir; `kill9()` simulates a crash."""
 
@@ -61,14 +73,7 @@ class BrokerProcess:
     def stop(self, timeout: float = 20) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        rc = self.proc.returncode
+        rc = terminate(self.proc, timeout)
         self.proc = None
         self._log.close()
         return rc

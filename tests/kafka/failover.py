@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
 import threading
 import time
@@ -15,6 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests import apache_kafka as ak
 from tests.cluster.conftest import CLUSTER_OVERRIDES, Cluster, stop_and_check
+from tests.conftest import terminate
 
 
 @contextlib.contextmanager
@@ -131,13 +131,7 @@ class Lines:
 
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM: Kafka's programs close their clients in a shutdown hook (a producer sends what it holds)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc, timeout)
         return self._finish()
 
     def _finish(self) -> int:
