@@ -269,8 +269,8 @@ def startup(side: Side, args) -> dict:
     """Create args.startup_partitions partitions (topics of 1,000), stop cleanly, time the next start."""
     topics = {f"s{i}": 1000 for i in range(args.startup_partitions // 1000)}
     admin = side.admin()
-    for fut in admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()], operation_timeout=300).values():
-        fut.result(timeout=600)
+    for t, n in topics.items():     # one topic per request: Kafka's controller refuses >10,000 records in one
+        admin.create_topics([NewTopic(t, n, 1)], operation_timeout=300)[t].result(timeout=600)
     side.wait_leaders(topics, timeout=900)
     node = side.nodes[1]
     node.stop()
@@ -291,11 +291,29 @@ def fresh(kind: str, size: int, tmp: Path, name: str, settle: float) -> Side:
     return Side(kind, size, d).start()
 
 
+def resumed(log: Path | None) -> dict:
+    """The results a previous run printed (its stdout, `--resume`): phases found there are not run again."""
+    res: dict = {k: {"one": [], "rf3": [], "failover": [], "startup": []} for k in SIDES}
+    for line in (log.read_text().splitlines() if log else []):
+        m = re.match(r"(strata|kafka) (one broker, round \d+|three brokers|start-up) (\{.*?\})(?: (\[.*\]))?$", line)
+        if not m:
+            continue
+        kind, phase, row = m.group(1), m.group(2), json.loads(m.group(3))
+        if phase.startswith("one"):
+            res[kind]["one"].append(row)
+        elif phase == "three brokers":
+            res[kind]["rf3"].append(row)
+            res[kind]["failover"] = json.loads(m.group(4))
+        else:
+            res[kind]["startup"].append(row)
+    return res
+
+
 def run(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="strata-vs-kafka-"))
-    res: dict = {k: {"one": [], "rf3": [], "failover": [], "startup": []} for k in SIDES}
+    res = resumed(args.resume)
     try:
-        for r in range(args.rounds):
+        for r in range(len(res["kafka"]["one"]), args.rounds):
             for kind in (SIDES if r % 2 == 0 else SIDES[::-1]):
                 side = fresh(kind, 1, tmp, f"one{r}", args.settle)
                 try:
@@ -306,7 +324,9 @@ def run(args) -> dict:
                     side.stop()
                 res[kind]["one"].append(row)
                 print(kind, "one broker, round", r, json.dumps(row), flush=True)
-        for i, kind in enumerate(SIDES if args.rounds % 2 == 0 else SIDES[::-1]):
+        for kind in (SIDES if args.rounds % 2 == 0 else SIDES[::-1]):
+            if res[kind]["rf3"]:
+                continue
             side = fresh(kind, 3, tmp, "three", args.settle)
             try:
                 warm_up(side, args)
@@ -317,6 +337,8 @@ def run(args) -> dict:
             print(kind, "three brokers", json.dumps(res[kind]["rf3"][-1]), res[kind]["failover"], flush=True)
         if args.startup_partitions:
             for kind in SIDES:
+                if res[kind]["startup"]:
+                    continue
                 side = fresh(kind, 1, tmp, "startup", args.settle)
                 try:
                     res[kind]["startup"].append(startup(side, args))
@@ -379,7 +401,8 @@ def block(res: dict, args, wall: float) -> str:
     return "\n".join([
         BEGIN,
         f"Run {when}, {wall / 60:.0f} min: `bench/vs_kafka.py --rounds {args.rounds} --messages {args.messages} "
-        f"--java-messages {args.java_messages} --rr-messages {args.rr_messages} --size {args.size}`; Strata at {m['commit']}, Apache Kafka "
+        f"--java-messages {args.java_messages} --rr-messages {args.rr_messages} --size {args.size}`"
+        f"{' (resumed from a run that stopped after ' + args.resumed_what + ')' if args.resume else ''}; Strata at {m['commit']}, Apache Kafka "
         f"{env['apache_kafka']} ({env['java']}), librdkafka {m['librdkafka']}; {m['cpus']} cores ({m['cpu']}), "
         f"{m['memory']}. Medians of {args.rounds} alternating rounds for one broker; one run of each cluster.",
         "",
@@ -410,6 +433,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, one round, nothing written")
     ap.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' directories")
+    ap.add_argument("--resume", type=Path, help="a previous run's stdout: its finished phases are kept, not rerun")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.messages, args.java_messages, args.partitions = 1, 20_000, 30_000, 100
@@ -421,6 +445,10 @@ def main() -> int:
         print(reason, file=sys.stderr)
         return 2
     t0 = time.monotonic()
+    if args.resume:
+        done = resumed(args.resume)
+        args.resumed_what = ", ".join(f"{k}: {len(v['one'])} one-broker rounds, {len(v['rf3'])} three-broker runs, "
+                                      f"{len(v['startup'])} start-ups" for k, v in done.items())
     res = run(args)
     text = block(res, args, time.monotonic() - t0)
     print(table(res, args))
