@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
+from broker.handlers.offset_for_leader_epoch import check_current_epoch
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -40,8 +41,7 @@ def handle(broker, req):
                 res = broker.replicas.missing_error(t.name, p.partition_index), -1, -1, -1
             elif p.timestamp < -2 and v < _MIN_VERSION.get(p.timestamp, 99):
                 res = ErrorCode.unsupported_version, -1, -1, -1
-            elif err := part.not_leader_error() or (ErrorCode.fenced_leader_epoch if epoch < -1 else
-                                                     part.check_leader_epoch(epoch)):
+            elif err := part.not_leader_error() or check_current_epoch(part, epoch):
                 res = err, -1, -1, -1
             else:
                 res = part.fetch_offset_for_timestamp(p.timestamp)

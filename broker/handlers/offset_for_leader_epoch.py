@@ -28,7 +28,7 @@ def handle(broker, req):
             part = broker.replicas.get(t.topic, p.partition)
             if part is None:
                 entry["error_code"] = broker.replicas.missing_error(t.topic, p.partition)
-            elif err := part.not_leader_error() or _check_epoch(part, p.current_leader_epoch):
+            elif err := part.not_leader_error() or check_current_epoch(part, p.current_leader_epoch):
                 entry["error_code"] = err
             else:
                 epoch, end = part.last_offset_for_leader_epoch(p.leader_epoch)
@@ -39,7 +39,9 @@ def handle(broker, req):
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "topics": topics})
 
 
-def _check_epoch(part, current_leader_epoch: int) -> int:
+def check_current_epoch(part, current_leader_epoch: int) -> int:
+    """current_leader_epoch as Kafka checks it in OffsetForLeaderEpoch and ListOffsets: -1 is "not checked", any
+    other negative epoch an old one (FENCED_LEADER_EPOCH)."""
     if current_leader_epoch < -1:
         return ErrorCode.fenced_leader_epoch
     return part.check_leader_epoch(current_leader_epoch)

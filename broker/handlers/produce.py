@@ -196,11 +196,14 @@ def _check_keys(records, topic: str, index: int) -> None:
         raise InvalidRecordError(ErrorCode.corrupt_message, f"cannot decode records: {e}") from None
     if missing:
         why = f"Compacted topic cannot accept message without key in topic partition {topic}-{index}."
-        errors = [(i, why) for i in missing]
-        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-        raise InvalidRecordError(ErrorCode.invalid_record, f"One or more records have been rejected due to {len(errors)} "
-                                                 f"record errors in total, and only showing the first three errors "
-                                                 f"at most: [{shown}]", errors)
+        raise _rejected(ErrorCode.invalid_record, [(i, why) for i in missing])
+
+
+def _rejected(code: int, errors: list[tuple[int, str]]) -> InvalidRecordError:
+    """KIP-467 record errors with Kafka's processRecordErrors message (the first three shown)."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return InvalidRecordError(code, f"One or more records have been rejected due to {len(errors)} record errors in "
+                              f"total, and only showing the first three errors at most: [{shown}]", errors)
 
 
 def _has_transactional(topics) -> bool:
@@ -216,7 +219,7 @@ def _check_timestamps(records, h, cfg) -> None:
     """Kafka's LogValidator.validateTimestamp for CreateTime: every record within message.timestamp.before.max.ms
     behind and message.timestamp.after.max.ms ahead of the broker's clock, else INVALID_TIMESTAMP with each such
     record reported (KIP-467); records without a timestamp (-1) pass. The batch header's first and max timestamps let
-    most batches through undecoded."""
+    most batches through undecoded (a partition's records are one batch: split_and_validate)."""
     now = int(time.time() * 1000)
     lo, hi = now - cfg.message_timestamp_before_max_ms, now + cfg.message_timestamp_after_max_ms
     if (h.base_timestamp >= lo or h.base_timestamp == -1) and h.max_timestamp <= hi:
@@ -229,10 +232,7 @@ def _check_timestamps(records, h, cfg) -> None:
     except ValueError as e:
         raise InvalidRecordError(ErrorCode.corrupt_message, f"cannot decode records: {e}") from None
     if errors:
-        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-        raise InvalidRecordError(ErrorCode.invalid_timestamp, f"One or more records have been rejected due to "
-                                 f"{len(errors)} record errors in total, and only showing the first three errors at "
-                                 f"most: [{shown}]", errors)
+        raise _rejected(ErrorCode.invalid_timestamp, errors)
 
 
 def _recompress(records, codec: int) -> bytearray:
