@@ -336,7 +336,10 @@ def _(s: Side):
     now = int(time.time() * 1000)
     ahead = build_batch([(b"k", b"v")], timestamp_ms=now + 2 * 3600_000)
     out = [produce_part(s.produce(t, 0, ahead)),
-           produce_part(s.produce(t, 0, build_batch([(b"k", b"v")], timestamp_ms=now - 10 * 86400_000)))]
+           produce_part(s.produce(t, 0, build_batch([(b"k", b"v")], timestamp_ms=now - 10 * 86400_000))),
+           # two batches, the second ahead: one batch per partition (v3+) is checked first, INVALID_RECORD
+           produce_part(s.produce(t, 0, build_batch([(b"k", b"v")], timestamp_ms=now) +
+                                  build_batch([(b"k", b"v")], base_offset=1, timestamp_ms=now + 2 * 3600_000)))]
     t2 = s.create("-append", message_timestamp_type="LogAppendTime")
     return out + [produce_part(s.produce(t2, 0, ahead))]
 
