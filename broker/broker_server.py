@@ -123,6 +123,12 @@ class Broker:
                                                        registry=self.metrics_registry)
             self.replicas.remote_log_manager = self.remote_log_manager
         self.groups = GroupCoordinator(config, replicas=self.replicas)
+        from broker.transactions.coordinator import TransactionCoordinator
+        self.transactions = TransactionCoordinator(config, self.replicas, self.producer_ids, self.groups,
+                                                   send_markers=self._send_markers if self.cluster_mode else None)
+        self.transactions.markers.local_id = self.node_id
+        self.transactions.markers.groups = self.groups
+        self._txn_topic_task: asyncio.Task | None = None
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.replica_selector = load_selector(config.get("replica.selector.class"))
         self.max_request_size = config.get_int("socket.request.max.bytes")
@@ -168,6 +174,29 @@ class Broker:
             "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
         return int(resp.responses[0].partition_responses[0].error_code)
 
+    async def _send_markers(self, broker_id: int, markers) -> list[dict]:
+        """WriteTxnMarkers (v1) to the broker leading the partitions; per marker {(topic, partition): error}."""
+        resp = await self.peer_connection(broker_id).send(27, 1, {"markers": [
+            {"producer_id": pid, "producer_epoch": epoch, "transaction_result": commit,
+             "coordinator_epoch": coordinator_epoch,
+             "topics": [{"name": t, "partition_indexes": [p for tt, p in parts if tt == t]}
+                        for t in dict.fromkeys(t for t, _ in parts)]}
+            for pid, epoch, commit, coordinator_epoch, parts in markers]})
+        return [{(t.name, p.partition_index): int(p.error_code) for t in m.topics for p in t.partitions}
+                for m in resp.markers]
+
+    def ensure_transaction_topic(self) -> None:
+        """`__transaction_state` is created when first needed (FindCoordinator, InitProducerId, a Metadata request),
+        with its own settings, as Kafka's AutoTopicCreationManager does; the coordinator loads what it leads then."""
+        from broker.transactions.coordinator import TXN_TOPIC
+        if self.topics.get(TXN_TOPIC) is not None:
+            return
+        if not self.cluster_mode:
+            self.create_internal_topic(TXN_TOPIC, *self.internal_topic(TXN_TOPIC)[:2])
+            return
+        if self._txn_topic_task is None or self._txn_topic_task.done():
+            self._txn_topic_task = asyncio.get_running_loop().create_task(self.ensure_internal_topic(TXN_TOPIC))
+
     def _endpoint_of(self, broker_id: int) -> tuple[str, int]:
         reg = self.topics.image.brokers.get(broker_id)
         if reg is None:
@@ -205,6 +234,12 @@ class Broker:
         if name == OFFSETS_TOPIC:
             store = self.groups.store
             return store.num_partitions, store.topic_configs(), self.config.get_int("offsets.topic.replication.factor")
+        from broker.transactions.coordinator import TXN_TOPIC
+        if name == TXN_TOPIC:
+            txn = self.transactions
+            rf = self.internal_replication_factor(self.config.get_int("transaction.state.log.replication.factor"))
+            wanted = self.config.get_int("transaction.state.log.replication.factor")
+            return txn.num_partitions, txn.topic_configs(rf if rf is not None else wanted), wanted
         if self.remote_log_manager is not None:
             from storage.tiered.remote_log_metadata import REMOTE_LOG_METADATA_TOPIC
             if name == REMOTE_LOG_METADATA_TOPIC:
@@ -249,7 +284,7 @@ class Broker:
             await self._listen()
 
     def _start_replicas(self) -> None:
-        publisher = MetadataPublisher(self.replicas, self.groups, self.config, self.traffic)
+        publisher = MetadataPublisher(self.replicas, self.groups, self.config, self.traffic, self.transactions)
         publisher.load(self.topics.image)          # dynamic configs first: the logs open with them
         self.replicas.startup()
         self.controller.add_publisher(publisher)
@@ -263,6 +298,7 @@ class Broker:
             self.remote_log_manager.startup()
             self.remote_log_manager.start_background()
         self.groups.start()
+        self.transactions.start()
 
     async def _start_cluster_member(self) -> None:
         """Join the cluster: agree on the cluster id, follow the metadata log, listen (this node may be the
@@ -317,6 +353,9 @@ class Broker:
         if self.replicas.fetchers is not None:
             await self.replicas.fetchers.shutdown()
         self.groups.stop()
+        self.transactions.stop()
+        if self._txn_topic_task is not None:
+            self._txn_topic_task.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 from broker.replica_selector import load_selector
 from replication.remote_wal import WAL_DEFAULTS
 from replication.traffic_metrics import PRICE_DEFAULTS
+from broker.transactions.config import TXN_DEFAULTS
 from storage.cleaner.cleaner import CLEANER_DEFAULTS
 from storage.log.log_config import TOPIC_CONFIGS, LogConfig
 
@@ -69,6 +70,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "offsets.topic.replication.factor": "3",
     "offsets.commit.timeout.ms": "5000",
     "remote.log.metadata.topic.replication.factor": "3",
+    **TXN_DEFAULTS,                  # transaction.*: the transaction coordinator (broker/transactions/)
     **CLEANER_DEFAULTS,              # log.cleaner.*: the cleaner's own defaults, one list
     **WAL_DEFAULTS,                  # remote.wal.*: active-segment replication through the fast store (KIP-1176)
     **PRICE_DEFAULTS,                # cost.*: list prices behind strata_cost_dollars_total

@@ -7,17 +7,19 @@ from __future__ import annotations
 import logging
 
 from broker.groups.metadata_store import OFFSETS_TOPIC
+from broker.transactions.coordinator import TXN_TOPIC
 from metadata.image import MetadataImage
 
 log = logging.getLogger("strata.metadata_publisher")
 
 
 class MetadataPublisher:
-    def __init__(self, replicas, groups, config, traffic=None):
+    def __init__(self, replicas, groups, config, traffic=None, transactions=None):
         self.replicas = replicas
         self.groups = groups
         self.config = config            # the BrokerConfig, whose dynamic layer follows the image
         self.traffic = traffic          # replication.traffic_metrics.TrafficMetrics: per-topic series to drop
+        self.transactions = transactions  # the TransactionCoordinator: follows __transaction_state's leaders
 
     def load(self, image: MetadataImage) -> None:
         """The image this broker starts from, before it opens its replicas: its dynamic configs."""
@@ -46,6 +48,8 @@ class MetadataPublisher:
                 self.replicas.reconfigure(t)
             if t.name == OFFSETS_TOPIC:
                 self.groups.sync_leadership()
+            elif t.name == TXN_TOPIC and self.transactions is not None:
+                self.transactions.sync_leadership()
 
     def _apply_broker_configs(self, image: MetadataImage) -> None:
         """Dynamic broker configs take effect without a restart: the topic defaults among them reconfigure every

@@ -13,6 +13,7 @@ timestamp delta a varlong of at most 10, as Kafka's DefaultRecord reads them):
 """
 from __future__ import annotations
 
+import struct
 import time
 from typing import Iterable, Iterator, NamedTuple
 
@@ -59,6 +60,19 @@ def records_from(views, start: int) -> tuple[list[Record], int]:
             if h.attributes & CONTROL_BIT:
                 continue
             out.extend(r for r in iter_records(view[pos:pos + h.size]) if r.offset >= start)
+    return out, nxt
+
+
+def batches_from(views, start: int) -> tuple[list[tuple[object, list[Record]]], int]:
+    """Like records_from, but per batch: (header, its records at or after `start`), control batches included (their
+    one record is the marker), for loaders that must know a batch's producer and transaction."""
+    out = []
+    nxt = start
+    for view in views:
+        for pos, h in iter_batches(view):
+            nxt = max(nxt, h.last_offset + 1)
+            if h.last_offset >= start:
+                out.append((h, [r for r in iter_records(view[pos:pos + h.size]) if r.offset >= start]))
     return out, nxt
 
 
@@ -361,3 +375,33 @@ def null_key_indexes(buf) -> list[int]:
 
 def has_null_key(buf) -> bool:
     return bool(null_key_indexes(buf))
+
+
+# --- control records (transaction markers) ---------------------------------------------------------------
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+_CONTROL_KEY = struct.Struct(">hh")           # version 0, type (Kafka's ControlRecordType)
+_END_TXN_MARKER = struct.Struct(">hi")        # version 0, coordinator epoch (Kafka's EndTxnMarker)
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                        timestamp_ms: int) -> bytes:
+    """A COMMIT or ABORT marker as Kafka's MemoryRecords.withEndTransactionMarker writes it: one uncompressed record
+    in a transactional control batch of the producer, without a sequence."""
+    from protocol.record_batch import TRANSACTIONAL_BIT, build_batch
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    return build_batch([(key, _END_TXN_MARKER.pack(0, coordinator_epoch))], timestamp_ms=timestamp_ms,
+                       producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
+                       attributes=TRANSACTIONAL_BIT | CONTROL_BIT)
+
+
+def read_control_marker(batch) -> tuple[int, int] | None:
+    """(control type, coordinator epoch) of the control batch starting at batch[0]; None when it has no record (the
+    cleaner emptied it) or its record is not a transaction marker."""
+    for r in iter_records(batch):
+        if r.key is None or len(r.key) < 4:
+            return None
+        _, kind = _CONTROL_KEY.unpack_from(r.key, 0)
+        epoch = _END_TXN_MARKER.unpack_from(r.value, 0)[1] if r.value is not None and len(r.value) >= 6 else -1
+        return kind, epoch
+    return None

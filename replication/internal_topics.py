@@ -10,7 +10,7 @@ from collections import deque
 from typing import Awaitable, Callable, Iterator
 
 from protocol.record_batch import split_and_validate
-from protocol.records import Record, records_from
+from protocol.records import Record, batches_from, records_from
 
 
 class InternalTopicError(OSError):
@@ -40,13 +40,14 @@ class InternalTopics:
     def max_message_bytes(self, name: str, partition: int) -> int:
         return self._partition(name, partition).config.max_message_bytes
 
-    def append(self, name: str, partition: int, batch: bytes) -> int:
+    def append(self, name: str, partition: int, batch: bytes, coordinator_origin: bool = False) -> int:
         """Append one batch the broker built; returns its base offset. KeyError when the partition is not hosted
-        here, InternalTopicError when the log refuses it."""
+        here, InternalTopicError when the log refuses it. `coordinator_origin`: a producer's batch a coordinator
+        writes for it (transactional offsets): its epoch is checked, not its sequence."""
         part = self._partition(name, partition)
         buf = bytearray(batch)
         headers = split_and_validate(buf, max(part.config.max_message_bytes, len(buf)))
-        result = part.append_records_to_leader(buf, headers, required_acks=1)
+        result = part.append_records_to_leader(buf, headers, required_acks=1, coordinator_origin=coordinator_origin)
         if result.error_code:
             raise InternalTopicError(result.error_code, f"append to {name}-{partition} failed with error "
                                                         f"{result.error_code}: {result.error_message}")
@@ -104,11 +105,11 @@ class InternalTopics:
             self._outbox.popleft()
 
     def read(self, name: str, partition: int, chunk_bytes: int = 1 << 20, start: int = 0,
-             committed_only: bool = False) -> Iterator[list[Record]]:
+             committed_only: bool = False, by_batch: bool = False) -> Iterator[list[Record]]:
         """Every record from the log start (or `start`, if later) to the log end, a list per read of about `chunk_bytes`; a log
         start that moves meanwhile (retention, the cleaner) is followed. Control batches are skipped. Loaders read to
         the log end (a new leader's HW may lag, as for Kafka's); `committed_only` stops at the high watermark, as a
-        consumer does."""
+        consumer does. `by_batch`: lists of (batch header, records) instead, control batches included."""
         part = self.replicas.get(name, partition)
         if part is None:
             return
@@ -121,7 +122,7 @@ class InternalTopics:
                     offset = part.log_start_offset
                     continue
                 raise
-            records, nxt = records_from(views, offset)
+            records, nxt = (batches_from if by_batch else records_from)(views, offset)
             if nxt <= offset:
                 break
             offset = nxt

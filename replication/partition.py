@@ -380,7 +380,8 @@ class Partition:
             self.waiters.clear()
 
     # ---- leader: appends ----------------------------------------------------------------------------------------
-    def append_records_to_leader(self, records, headers, required_acks: int) -> AppendResult:
+    def append_records_to_leader(self, records, headers, required_acks: int,
+                                 coordinator_origin: bool = False) -> AppendResult:
         """Append validated batches at this leader's epoch. acks=all needs an ISR of at least min.insync.replicas
         before the append (NOT_ENOUGH_REPLICAS), as Kafka's Partition.appendRecordsToLeader."""
         if self.leader_id != self.local_broker_id:
@@ -391,27 +392,62 @@ class Partition:
             return AppendResult(-1, -1, -1, self.log.log_start_offset, ErrorCode.not_enough_replicas,
                                 f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the "
                                 f"min.isr requirement of {min_isr} for partition {self.topic}-{self.index}")
-        result = self.log.append_as_leader(records, headers, self.leader_epoch)
+        result = self.log.append_as_leader(records, headers, self.leader_epoch, coordinator_origin)
         if result.error_code == 0 and not result.duplicate:
-            if self.wal is not None and self.log.config.remote_wal_enable:
-                if len(self.replicas) > 1:
-                    size = sum(h.size for h in headers)   # the batches as written, offsets and epoch assigned
-                    self.wal.manager.add(self, self.leader_epoch, result.base_offset, result.last_offset,
-                                         bytes(memoryview(records)[:size]))
-                else:                                     # no follower to read it: a later one gets records
-                    self.wal.failed(result.last_offset)
-            self.maybe_increment_high_watermark()
-            self.wake_waiters()
+            self._appended(result, lambda: bytes(memoryview(records)[:sum(h.size for h in headers)]))
         return result
+
+    def _appended(self, result: AppendResult, written) -> None:
+        """After a leader append: the WAL upload (`written()`: the batches as written, offsets and epoch assigned),
+        the high watermark, parked fetches."""
+        if self.wal is not None and self.log.config.remote_wal_enable:
+            if len(self.replicas) > 1:
+                self.wal.manager.add(self, self.leader_epoch, result.base_offset, result.last_offset, written())
+            else:                                     # no follower to read it: a later one gets records
+                self.wal.failed(result.last_offset)
+        self.maybe_increment_high_watermark()
+        self.wake_waiters()
+
+    def append_marker_to_leader(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                commit: bool) -> AppendResult:
+        """A transaction marker from a coordinator's WriteTxnMarkers (acks=all, as Kafka writes markers): ends the
+        producer's transaction in this partition."""
+        if self.leader_id != self.local_broker_id:
+            return AppendResult(-1, -1, -1, -1, ErrorCode.not_leader_or_follower,
+                                f"This server is not the leader for partition {self.topic}-{self.index}")
+        min_isr = self.log.config.min_insync_replicas
+        if len(self.isr) < min_isr:
+            return AppendResult(-1, -1, -1, self.log.log_start_offset, ErrorCode.not_enough_replicas,
+                                f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the "
+                                f"min.isr requirement of {min_isr} for partition {self.topic}-{self.index}")
+        result = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, self.leader_epoch)
+        if result.error_code == 0:
+            self._appended(result, lambda: b"".join(bytes(v) for v in self.log.read(
+                result.base_offset, 1, max_offset=result.base_offset + 1)))
+        return result
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
+    def aborted_transactions(self, fetch_offset: int, views) -> list:
+        """What a read_committed Fetch returns with `views` read from `fetch_offset`: the aborted transactions
+        overlapping them (AbortedTxn entries of the local transaction indexes)."""
+        upper = fetch_offset
+        for v in views:
+            for _, h in iter_batches(v):
+                upper = max(upper, h.last_offset + 1)
+        return self.log.collect_aborted_transactions(fetch_offset, upper) if upper > fetch_offset else []
 
     # ---- leader: reads -------------------------------------------------------------------------------------------
     def read(self, fetch_offset: int, max_bytes: int, *, min_one_message: bool,
-             fetch_only_committed: bool = True, local_only: bool = False):
-        """(record views, remote read task or None). Consumers read below the high watermark; an offset below the
-        local log start of a tiered log starts (or joins) a remote read, or for a follower (`local_only`) is
-        OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405). Raises ApiError."""
+             fetch_only_committed: bool = True, local_only: bool = False, read_committed: bool = False):
+        """(record views, remote read task or None). Consumers read below the high watermark (read_committed ones
+        below the last stable offset); an offset below the local log start of a tiered log starts (or joins) a
+        remote read, or for a follower (`local_only`) is OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405). Raises ApiError."""
         plog = self.log
-        limit = plog.high_watermark if fetch_only_committed else plog.log_end_offset
+        limit = plog.last_stable_offset if read_committed else \
+            plog.high_watermark if fetch_only_committed else plog.log_end_offset
         try:
             return plog.read(fetch_offset, max_bytes, min_one_message=min_one_message, max_offset=limit), None
         except OffsetOutOfRangeError as e:
@@ -480,7 +516,7 @@ class Partition:
         from it yet, so the HW it knows may be older than the one its predecessor gave out."""
         return self.leader_epoch_start_offset > self.log.high_watermark
 
-    def fetch_offset_for_timestamp(self, timestamp: int):
+    def fetch_offset_for_timestamp(self, timestamp: int, read_committed: bool = False):
         """ListOffsets: (error, offset, timestamp, leader epoch) or a coroutine giving that when the remote tier must
         be searched. -1 latest (the high watermark), -2 earliest (incl. the remote tier), -3 max timestamp, -4
         earliest local, -5 latest tiered (KIP-1005), else the first offset with a timestamp at or after it.
@@ -489,10 +525,15 @@ class Partition:
         OFFSET_NOT_AVAILABLE (retriable) for latest, and for lookups that find nothing below the HW, instead of an
         offset lower than one a client may already have seen."""
         plog = self.log
+        if read_committed and timestamp not in (LATEST, EARLIEST, EARLIEST_LOCAL, LATEST_TIERED):
+            res = self.fetch_offset_for_timestamp(timestamp)
+            if asyncio.iscoroutine(res):
+                return self._below_lso(res)
+            return res if res[1] < plog.last_stable_offset else (0, -1, -1, -1)
         if timestamp == LATEST:
             if self.high_watermark_lagging:
                 return self._not_available()
-            return self._found(plog.high_watermark, -1)
+            return self._found(plog.last_stable_offset if read_committed else plog.high_watermark, -1)
         if timestamp == EARLIEST:
             return self._found(plog.log_start_offset, -1)
         if timestamp == EARLIEST_LOCAL:
@@ -509,6 +550,11 @@ class Partition:
         else:
             entry = plog.fetch_offset_by_timestamp(timestamp)
         return self._checked(*(self._found(*entry) if entry else (0, -1, -1, -1)))
+
+    async def _below_lso(self, lookup):
+        """read_committed (Kafka's lastFetchableOffset): an offset found at or above the last stable offset is none."""
+        res = await lookup
+        return res if res[1] < self.log.last_stable_offset else (0, -1, -1, -1)
 
     def _not_available(self) -> tuple[int, int, int, int]:
         return ErrorCode.offset_not_available, -1, -1, -1

@@ -24,7 +24,8 @@ from broker.groups.records import (
     decode_group_metadata_value, decode_key, decode_offset_commit_value, encode_group_metadata_value,
     encode_offset_commit_value, group_metadata_key, offset_commit_key,
 )
-from protocol.records import build_records_batch
+from protocol.record_batch import TRANSACTIONAL_BIT
+from protocol.records import CONTROL_COMMIT, build_records_batch
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.groups.store")
@@ -129,7 +130,8 @@ class GroupMetadataStore:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
+    def append(self, group_id: str, records: list[tuple[bytes, bytes | None]], producer: tuple[int, int] | None = None
+               ) -> int:
         """Append `records` as one batch to the group's partition; returns ErrorCode.none or the raw Kafka error of the failed
         append (callers map it with map_group_error / map_offsets_error / map_operation_error)."""
         if not records:
@@ -139,13 +141,20 @@ class GroupMetadataStore:
             max_bytes = self.internal.max_message_bytes(OFFSETS_TOPIC, p)
         except KeyError:
             return ErrorCode.unknown_topic_or_partition
-        batch = build_records_batch(records, self.codec, timestamp_ms=self._clock())
+        if producer is None:
+            batch = build_records_batch(records, self.codec, timestamp_ms=self._clock())
+        else:                # a transactional offset commit: the producer's batch, in its transaction
+            batch = build_records_batch(records, self.codec, timestamp_ms=self._clock(), producer_id=producer[0],
+                                        producer_epoch=producer[1], base_sequence=0, attributes=TRANSACTIONAL_BIT)
         if len(batch) > max_bytes:
             log.warning("group %s: batch of %d bytes exceeds max.message.bytes of %s-%d", group_id, len(batch),
                         OFFSETS_TOPIC, p)
             return ErrorCode.message_too_large
         try:
-            self.internal.append(OFFSETS_TOPIC, p, batch)
+            if producer is None:
+                self.internal.append(OFFSETS_TOPIC, p, batch)
+            else:
+                self.internal.append(OFFSETS_TOPIC, p, batch, coordinator_origin=True)
         except KeyError:
             return ErrorCode.unknown_topic_or_partition
         except OSError as e:
@@ -166,20 +175,21 @@ class GroupMetadataStore:
         err = self.append(group.group_id, [(group_metadata_key(group.group_id), value)])
         return map_group_error(err) if err != ErrorCode.none else ErrorCode.none
 
-    def store_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata | None]) -> int:
-        """Offset commits (None: tombstone) in one batch; the client-facing error."""
+    def store_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata | None],
+                      producer: tuple[int, int] | None = None) -> int:
+        """Offset commits (None: tombstone) in one batch, in `producer`'s (id, epoch) transaction when given; the
+        client-facing error."""
         if not offsets:
             return ErrorCode.none
         err = self.append(group_id, [
             (offset_commit_key(group_id, t, p), None if om is None else encode_offset_commit_value(om))
-            for (t, p), om in offsets.items()])
+            for (t, p), om in offsets.items()], producer)
         return map_offsets_error(err) if err != ErrorCode.none else ErrorCode.none
 
     def read_partition(self, p: int):
-        """Yield lists of (key, value) for partition p from its log start to its current end, one list per read of
-        offsets.load.buffer.size bytes (Kafka's doLoadGroupsAndOffsets). Control batches are skipped."""
-        for records in self.internal.read(OFFSETS_TOPIC, p, self.load_buffer_size):
-            yield [(r.key, r.value) for r in records]
+        """Yield lists of (batch header, records) for partition p from its log start to its current end, one list per
+        read of offsets.load.buffer.size bytes (Kafka's doLoadGroupsAndOffsets), transaction markers included."""
+        yield from self.internal.read(OFFSETS_TOPIC, p, self.load_buffer_size, by_batch=True)
 
 
 class PartitionLoad:
@@ -190,7 +200,33 @@ class PartitionLoad:
         self.classic: dict[str, GroupMetadataValue | None] = {}
         self.consumer: dict[str, list[tuple[RecordKey, object]]] = {}   # consumer-group records in log order
         self.kind: dict[str, str] = {}       # group -> "classic" | "consumer": whichever was (re)created last
+        # transactional offset commits whose marker is not read yet: producer id -> group -> {tp: offsets}
+        self.txn_pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
         self.skipped = 0
+
+    def add_batch(self, h, records) -> None:
+        """One batch of the partition: a transactional batch's offsets wait for its marker, which applies them
+        (COMMIT) or drops them (ABORT); anything else folds record by record."""
+        if h.is_control:
+            pending = self.txn_pending.pop(h.producer_id, None)
+            marker = records[0].key if records else None
+            if pending and marker is not None and len(marker) >= 4 and marker[3] == CONTROL_COMMIT:
+                for group_id, offsets in pending.items():
+                    self.offsets.setdefault(group_id, {}).update(offsets)
+            return
+        if h.is_transactional:
+            for r in records:
+                try:
+                    k = decode_key(r.key) if r.key is not None else None
+                    if k is not None and k.type in (OFFSET_COMMIT_V0, OFFSET_COMMIT) and r.value is not None:
+                        self.txn_pending.setdefault(h.producer_id, {}).setdefault(k.group, {})[
+                            (k.topic, k.partition)] = decode_offset_commit_value(r.value)
+                except (CorruptGroupRecord, struct.error, UnicodeDecodeError) as e:
+                    self.skipped += 1
+                    log.warning("skipping an undecodable transactional %s record: %s", OFFSETS_TOPIC, e)
+            return
+        for r in records:
+            self.add(r.key, r.value)
 
     def add(self, key, value) -> None:
         if key is None:
@@ -245,10 +281,11 @@ async def load_groups(coordinator, partitions: list[int]) -> None:
         load = PartitionLoad()
         try:
             for chunk in store.read_partition(p):
-                for key, value in chunk:
-                    load.add(key, value)
+                for h, records in chunk:
+                    load.add_batch(h, records)
                 await asyncio.sleep(0)    # let requests for already-loaded partitions through between reads
             install_partition(coordinator, load)
+            coordinator.install_pending_txn_offsets(load.txn_pending)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -122,7 +122,7 @@ def handle(broker, req):
     read_committed = getattr(body, "isolation_level", 0) == 1
     sid = session.session_id if session is not None else 0
 
-    results, total = _read_all(wanted, max_bytes)
+    results, total = _read_all(wanted, max_bytes, read_committed=read_committed)
     if any(w.remote is not None for w in wanted):
         return _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
     if max_wait <= 0 or total >= min_bytes or not wanted or \
@@ -136,7 +136,8 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
                             max_wait, min_bytes, max_bytes, leader_only):
     deadline = time.monotonic() + max_wait
     parts = [w.part for w in wanted if w.part is not None]
-    results, total = _read_all(wanted, max_bytes)   # again: an append before this first step woke nobody
+    results, total = _read_all(wanted, max_bytes, read_committed=read_committed)   # again: an append before this
+    # first step woke nobody
     while True:
         if any(w.remote is not None for w in wanted):
             return await _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
@@ -147,7 +148,7 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
             break
         await broker.replicas.wait_for_data(parts, remaining)
         _resolve(broker, wanted, by_id, leader_only)  # a topic may have been deleted, or leadership moved, meanwhile
-        results, total = _read_all(wanted, max_bytes)
+        results, total = _read_all(wanted, max_bytes, read_committed=read_committed)
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
 
 
@@ -253,9 +254,10 @@ def _check_last_fetched_epoch(wanted: list[_Wanted]) -> None:
             w.diverging = (epoch, end)
 
 
-def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: float = 0.0):
-    """Read each partition within the byte budgets. A consumer reads below the high watermark and may start a remote
-    read; a follower (`replica` >= 0) reads to the log end, only locally, nothing where its log diverged, and may
+def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: float = 0.0,
+              read_committed: bool = False):
+    """Read each partition within the byte budgets. A consumer reads below the high watermark (read_committed: the
+    last stable offset) and may start a remote read; a follower (`replica` >= 0) reads to the log end, only locally, nothing where its log diverged, and may
     get WAL pointers, whose bytes count against the budgets as records would."""
     results = []
     total = 0
@@ -271,7 +273,8 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: flo
                                                                      min_one_message=(total == 0), now=now)
                         total += sum(p.size for p in w.pointers)
                     else:
-                        views, w.remote = w.part.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0))
+                        views, w.remote = w.part.read(w.fetch_offset, max(budget, 0), min_one_message=(total == 0),
+                                                      read_committed=read_committed)
                     if w.remote is not None:
                         size = max(budget, 0)      # a remote read (below the local log start): budget reserved
                 except ApiError as e:
@@ -300,7 +303,10 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
             # them with OFFSET_OUT_OF_RANGE and OFFSET_MOVED_TO_TIERED_STORAGE (it restarts at the log start).
             part = None
         hw = part.high_watermark if part is not None else -1
-        lso = hw
+        lso = part.last_stable_offset if part is not None else -1
+        aborted = None
+        if read_committed:
+            aborted = part.aborted_transactions(w.fetch_offset, views) if size and part is not None else ()
         log_start = part.log_start_offset if part is not None else -1
         if incremental:
             sp = w.sp
@@ -321,15 +327,15 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
             index[tkey] = len(topics)
             topics.append((tkey, []))
         topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, w.preferred, views, size, w.diverging,
-                                       encode_wal_pointers(part.wal.store_name, w.pointers) if w.pointers else None))
+                                       encode_wal_pointers(part.wal.store_name, w.pointers) if w.pointers else None,
+                                       aborted))
     leaders = current_leaders(broker.topics.image, ((w.key[0], w.index, w.error) for w in wanted)) \
         if version >= 12 and any(w.error for w in wanted) else None
     broker.request_errors.add(API_KEY, none, errors)
-    return _encode(version, 0, sid, topics, read_committed, by_id, leaders)
+    return _encode(version, 0, sid, topics, by_id, leaders)
 
 
-def _encode(version: int, error: int, session_id: int, topics, read_committed: bool = False, by_id: bool = False,
-            leaders=None):
+def _encode(version: int, error: int, session_id: int, topics, by_id: bool = False, leaders=None):
     flexible = version >= 12
     current, endpoints = leaders or ({}, ())
     out = [I32.pack(0)]  # throttle_time_ms
@@ -342,16 +348,19 @@ def _encode(version: int, error: int, session_id: int, topics, read_committed: b
         else:
             out.append(string(tkey, flexible))
         out.append(array_len(len(parts), flexible))
-        for index, err, hw, lso, log_start, preferred, views, size, diverging, wal in parts:
+        for index, err, hw, lso, log_start, preferred, views, size, diverging, wal, aborted in parts:
             leader = current.get((tkey, index))
             head = I32.pack(index) + I16.pack(err) + I64.pack(hw) + I64.pack(lso)
             if version >= 5:
                 head += I64.pack(log_start)
-            # aborted_transactions: null for read_uncommitted, empty for read_committed (no transactions yet)
-            if flexible:
-                head += b"\x01" if read_committed else b"\x00"
+            # aborted_transactions: null for read_uncommitted, else (producer id, first offset) of each overlapping
+            if aborted is None:
+                head += b"\x00" if flexible else I32.pack(-1)
             else:
-                head += I32.pack(0 if read_committed else -1)
+                head += array_len(len(aborted), flexible)
+                tail = b"\x00" if flexible else b""
+                for a in aborted:
+                    head += I64.pack(a.producer_id) + I64.pack(a.first_offset) + tail
             if version >= 11:
                 head += I32.pack(preferred)  # preferred_read_replica (KIP-392)
             head += array_len(size, flexible) if flexible else I32.pack(size)

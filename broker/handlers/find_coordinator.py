@@ -1,9 +1,10 @@
 """FindCoordinator (key 10): a group's coordinator is the leader of its `__consumer_offsets` partition in the metadata
-image (COORDINATOR_NOT_AVAILABLE while that topic does not exist, as in Kafka); transactional ids are this broker's
-(no transaction coordinator yet). v4+ batches several keys in `coordinator_keys`."""
+image (COORDINATOR_NOT_AVAILABLE while that topic does not exist, as in Kafka); a transactional id's is the leader of its
+`__transaction_state` partition, a topic created by the first such request. v4+ batches several keys in `coordinator_keys`."""
 from __future__ import annotations
 
 from broker.groups.metadata_store import OFFSETS_TOPIC, partition_for
+from broker.transactions.coordinator import TXN_TOPIC
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -17,18 +18,21 @@ TRANSACTION = 1
 
 def _coordinator(broker, key_type: int, key: str) -> dict:
     if key_type == GROUP:
-        image = broker.topics.image
-        offsets = image.get(OFFSETS_TOPIC)
-        p = offsets.partition(partition_for(key, offsets.partitions)) if offsets is not None else None
-        node = image.brokers.get(p.leader) if p is not None else None
-        if node is None:
-            return _error(ErrorCode.coordinator_not_available, "The coordinator is not available.")
-        host, port = node.endpoint()
-        return {"node_id": node.broker_id, "host": host, "port": port, "error_code": 0, "error_message": None}
-    if key_type == TRANSACTION:
-        host, port = broker.config.advertised
-        return {"node_id": broker.node_id, "host": host, "port": port, "error_code": 0, "error_message": None}
-    return _error(ErrorCode.invalid_request, f"Unknown coordinator type {key_type}")
+        topic, p = OFFSETS_TOPIC, None
+    elif key_type == TRANSACTION:
+        topic = TXN_TOPIC
+        if broker.topics.get(TXN_TOPIC) is None:
+            broker.ensure_transaction_topic()      # created on first use, as Kafka does; the client retries
+    else:
+        return _error(ErrorCode.invalid_request, f"Unknown coordinator type {key_type}")
+    image = broker.topics.image
+    info = image.get(topic)
+    p = info.partition(partition_for(key, info.partitions)) if info is not None else None
+    node = image.brokers.get(p.leader) if p is not None else None
+    if node is None:
+        return _error(ErrorCode.coordinator_not_available, "The coordinator is not available.")
+    host, port = node.endpoint()
+    return {"node_id": node.broker_id, "host": host, "port": port, "error_code": 0, "error_message": None}
 
 
 def _error(code: int, message: str) -> dict:

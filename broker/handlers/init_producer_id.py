@@ -1,8 +1,9 @@
-"""InitProducerId (key 22): producer ids for idempotent producers (transactions arrive later).
+"""InitProducerId (key 22): producer ids for idempotent and transactional producers.
 
 Without a transactional id every request gets a new producer id at epoch 0, also one that names its current id and
 epoch, as Kafka's TransactionCoordinator answers: an idempotent producer bumps its epoch itself (KIP-360), and the
-producer state takes epoch + 1 from sequence 0.
+producer state takes epoch + 1 from sequence 0. With one, the transaction coordinator answers (broker/transactions/):
+an epoch bump that fences the previous producer of the id, aborting its open transaction first.
 """
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ async def handle(broker, req):
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     resp = {"throttle_time": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
     if body.transactional_id is not None:
-        # No transaction coordinator yet: retriable error, as Kafka answers while its coordinator is unavailable.
-        resp["error_code"] = ErrorCode.coordinator_not_available
+        pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
+        expected = (pid, epoch) if pid >= 0 else None
+        timeout_ms = round(body.transaction_timeout.total_seconds() * 1000)
+        err, pid, epoch = await broker.transactions.init_producer_id(body.transactional_id, timeout_ms, expected)
+        resp.update(error_code=err, producer_id=pid, producer_epoch=epoch)
     else:
         pid = await broker.producer_ids.next_producer_id()
         if pid < 0:          # no controller to allocate a block: retriable, as Kafka answers then

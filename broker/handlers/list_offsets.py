@@ -32,6 +32,7 @@ def handle(broker, req):
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     topics = []
     pending = []
+    read_committed = getattr(body, "isolation_level", 0) == 1      # v2+: latest is the last stable offset
     for t in body.topics:
         parts = []
         for p in t.partitions:
@@ -44,7 +45,7 @@ def handle(broker, req):
             elif err := part.not_leader_error() or check_current_epoch(part, epoch):
                 res = err, -1, -1, -1
             else:
-                res = part.fetch_offset_for_timestamp(p.timestamp)
+                res = part.fetch_offset_for_timestamp(p.timestamp, read_committed)
             entry = {"partition_index": p.partition_index}
             parts.append(entry)
             if asyncio.iscoroutine(res):

@@ -6,15 +6,17 @@ Advertised from v0 like Produce/Fetch (librdkafka 2.0.2 feature detection); kio 
 from __future__ import annotations
 
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 9
 VERSIONS = (0, 9)
 DECODABLE = (1, 9)
 
 
-def _fetch(broker, group_id, topics, member_id=None, member_epoch=-1):
+def _fetch(broker, group_id, topics, member_id=None, member_epoch=-1, require_stable=False):
     """-> (group error, [topic dicts]) for one group; `topics` are request topics or None for all. member_id and
-    member_epoch (v9+) are checked for consumer-protocol (KIP-848) groups."""
+    member_epoch (v9+) are checked for consumer-protocol (KIP-848) groups. `require_stable` (v7+, read_committed
+    consumers): a partition with a transactional commit still open answers UNSTABLE_OFFSET_COMMIT (KIP-447)."""
     if topics is None:
         partitions = None
     else:
@@ -27,12 +29,15 @@ def _fetch(broker, group_id, topics, member_id=None, member_epoch=-1):
             by_topic.setdefault(t.name, [])
     for tp in keys:
         om = found.get(tp)
+        unstable = require_stable and not err and broker.groups.has_pending_txn_offsets(group_id, tp)
+        if unstable:
+            om = None
         by_topic.setdefault(tp[0], []).append({
             "partition_index": tp[1],
             "committed_offset": om.offset if om is not None else -1,
             "committed_leader_epoch": om.leader_epoch if om is not None else -1,
             "metadata": om.metadata if om is not None else "",
-            "error_code": 0,
+            "error_code": ErrorCode.unstable_offset_commit if unstable else 0,
         })
     return err, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
@@ -44,10 +49,11 @@ def handle(broker, req):
         groups = []
         for g in body.groups:
             err, topics = _fetch(broker, g.group_id, g.topics, getattr(g, "member_id", None),
-                                 getattr(g, "member_epoch", -1))
+                                 getattr(g, "member_epoch", -1), bool(body.require_stable))
             groups.append({"group_id": g.group_id, "error_code": err, "topics": [] if err else topics})
         return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "groups": groups})
-    err, topics = _fetch(broker, body.group_id, body.topics)
+    err, topics = _fetch(broker, body.group_id, body.topics, require_stable=bool(getattr(body, "require_stable",
+                                                                                                 False)))
     if err and v < 2:
         # v1 has no top-level error: report it on every requested partition.
         for t in topics:

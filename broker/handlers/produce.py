@@ -107,8 +107,6 @@ def handle(broker, req):
                     if target is not None and headers[0].compression != target:
                         records = _recompress(records, target)
                         headers = split_and_validate(records, cfg.max_message_bytes)
-                    if txn_id is not None or headers[0].is_transactional:    # exactly one batch (validated)
-                        raise InvalidRecordError(ErrorCode.invalid_txn_state, "transactions are not supported yet")
                     result = part.append_records_to_leader(records, headers, acks)
                     err, msg = result.error_code, result.error_message
                     if err == ErrorCode.none:

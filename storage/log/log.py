@@ -21,13 +21,16 @@ from pathlib import Path
 from typing import Callable
 
 from protocol.errors import ErrorCode
-from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, set_log_append_time
+from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, read_header, set_log_append_time
 from storage.cleaner.cleaned_segment import complete_interrupted_swaps
 from storage.log.files import fsync_dir, read_small, write_atomically
 from storage.log.leader_epoch import LeaderEpochFileCache
 from storage.log.log_config import LogConfig
 from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
-from storage.log.producer_state import CorruptSnapshotError, ProducerAppendInfo, ProducerStateManager, snapshot_name
+from storage.log.producer_state import (CompletedTxn, CorruptSnapshotError, ProducerAppendInfo, ProducerStateManager,
+                                        snapshot_name)
+from storage.log.transaction_index import AbortedTxn
+from protocol.records import CorruptRecordError, build_control_batch, read_control_marker
 
 log = logging.getLogger("strata.log")
 
@@ -174,7 +177,9 @@ class Log:
             self.leader_epoch_cache.assign(epoch, h.base_offset)
 
     def _load_producer_state(self, now: int, names: list[str] | None = None) -> None:
-        """Latest snapshot at or below the log end, then replay the batch headers after it."""
+        """Latest snapshot at or below the log end, then replay the batch headers after it (a marker's record too:
+        it completes its transaction, and an abort is put back in the segment's transaction index if missing)."""
+        self.active_segment.txn_index.truncate_to(self.log_end_offset)    # entries of a tail recovery cut off
         snap = self.producer_state.load_latest(self.log_end_offset, now, names)
         start = self._segments[0].base_offset if snap is None else snap
         if start >= self.log_end_offset:
@@ -183,9 +188,29 @@ class Log:
             found = seg.translate_offset(start)
             if found is None:
                 continue
-            for _, h in seg.batches(found[0]):
+            for pos, h in seg.batches(found[0]):
                 if h.base_offset >= start:
-                    self.producer_state.replay(h, now)
+                    self._replay(seg, h, now, seg.slice(pos, pos + h.size) if h.is_control else None)
+
+    def _replay(self, seg: LogSegment, h: BatchHeader, now: int, batch=None) -> None:
+        """Producer state from a batch read back or replicated; `batch`: a control batch's bytes."""
+        marker = None
+        if batch is not None:
+            try:
+                marker = read_control_marker(batch)
+            except (CorruptRecordError, ValueError) as e:
+                log.warning("%s: unreadable control batch at %d: %s", self.dir.name, h.base_offset, e)
+        txn = self.producer_state.replay(h, now, marker)
+        if txn is not None:
+            self._index_completed(seg, txn)
+
+    def _index_completed(self, seg: LogSegment, txn: CompletedTxn) -> None:
+        """An aborted transaction goes into the transaction index of the segment holding its marker, with the last
+        stable offset then (Kafka's updateTxnIndex); either kind then waits for the high watermark to be stable."""
+        if txn.is_aborted:
+            seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                            self.producer_state.last_stable_offset_after(txn)))
+        self.producer_state.on_high_watermark(self.high_watermark)
 
     def _read_log_start_offset(self) -> int:
         try:
@@ -207,7 +232,7 @@ class Log:
         self.log_end_offset = self.high_watermark = offset
         self.leader_epoch_cache.clear()
         self.producer_state.delete_snapshots_after(-1)
-        self.producer_state.producers = {}
+        self.producer_state.clear()
 
     def restart_at(self, offset: int, log_start: int | None = None, epochs=(), producer_snapshot=None) -> None:
         """A follower whose log is all below the leader's (local) log start starts over there (Kafka's
@@ -284,7 +309,8 @@ class Log:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
     # ---- appends -----------------------------------------------------------------------------------------
-    def append_as_leader(self, records, headers: list[BatchHeader], leader_epoch: int) -> AppendResult:
+    def append_as_leader(self, records, headers: list[BatchHeader], leader_epoch: int,
+                         coordinator_origin: bool = False) -> AppendResult:
         """Append validated batches: assign offsets (headers are updated in place too), apply LogAppendTime,
         check idempotence, roll if needed, write, index, and track producer and leader-epoch state."""
         now = self._time_ms()
@@ -310,14 +336,14 @@ class Log:
         for h in headers:
             if h.producer_id < 0:
                 continue
-            dup = self.producer_state.find_duplicate(h)
+            dup = self.producer_state.find_duplicate(h) if not coordinator_origin else None
             if dup is not None:
                 return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp if log_append_time else -1,
                                     self.log_start_offset, duplicate=True)
             info = infos.get(h.producer_id)
             if info is None:
                 info = infos[h.producer_id] = self.producer_state.prepare(h.producer_id)
-            err = info.validate(h)
+            err = info.validate(h, check_sequence=not coordinator_origin)
             if err is not None:
                 return AppendResult(-1, -1, -1, self.log_start_offset, err[0], err[1])
             info.append(h)
@@ -345,7 +371,57 @@ class Log:
     def update_high_watermark(self, offset: int) -> int:
         """Set by the partition layer (Kafka's UnifiedLog.updateHighWatermark): clamped to [log start, log end]."""
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        self.producer_state.on_high_watermark(self.high_watermark)
         return self.high_watermark
+
+    # ---- transactions ------------------------------------------------------------------------------------
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided and replicated: what read_committed consumers may read (Kafka's
+        lastStableOffset: the first unstable offset, capped at the high watermark)."""
+        first = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first is None or first >= hw else max(first, self.log_start_offset)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                      leader_epoch: int) -> AppendResult:
+        """Write a transaction marker as leader (Kafka's appendAsLeader with the coordinator origin): a control batch
+        ending the producer's transaction here. A marker from an older producer epoch is INVALID_PRODUCER_EPOCH, one
+        from an older coordinator epoch TRANSACTION_COORDINATOR_FENCED; nothing is written then."""
+        err = self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if err is not None:
+            return AppendResult(-1, -1, -1, self.log_start_offset, err[0], err[1])
+        now = self._time_ms()
+        batch = bytearray(build_control_batch(producer_id, producer_epoch, coordinator_epoch, commit, now))
+        offset = self.log_end_offset
+        assign_offset(batch, 0, offset, leader_epoch)
+        h = read_header(batch)
+        active = self.active_segment
+        if active.should_roll(self.config, len(batch), 1, offset, now):
+            self.roll()
+            active = self.active_segment
+        active.append(batch, [h], index_interval_bytes=self.config.index_interval_bytes,
+                      segment_bytes=min(self.config.segment_bytes, INT32_MAX), now_ms=now)
+        latest = self.leader_epoch_cache.latest_epoch()
+        if leader_epoch >= 0 and (latest is None or leader_epoch > latest):
+            self.leader_epoch_cache.assign(leader_epoch, offset)
+        self.log_end_offset = offset + 1
+        self._replay(active, h, now, batch)
+        self._unflushed_messages += 1
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendResult(offset, offset, -1, self.log_start_offset)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound) from the local segments' indexes (Kafka's
+        collectAbortedTransactions): a read_committed Fetch returns them so the consumer drops their records."""
+        out: list[AbortedTxn] = []
+        for seg in self._segments[self._segment_index(fetch_offset):]:
+            found, complete = seg.txn_index.collect(fetch_offset, upper_bound)
+            out.extend(found)
+            if complete:
+                break
+        return out
 
     def append_as_follower(self, records, headers: list[BatchHeader]) -> AppendResult:
         """Append batches as the leader wrote them (offsets, leader epochs and timestamps kept): Kafka's
@@ -372,16 +448,19 @@ class Log:
                 last_offset - active.base_offset > INT32_MAX:
             self.roll()
         data = records if len(records) == total else memoryview(records)[:total]
-        self.active_segment.append(data, headers, index_interval_bytes=cfg.index_interval_bytes,
-                                   segment_bytes=segment_bytes, now_ms=now)
+        active = self.active_segment
+        active.append(data, headers, index_interval_bytes=cfg.index_interval_bytes,
+                      segment_bytes=segment_bytes, now_ms=now)
+        self.log_end_offset = last_offset + 1
+        pos = 0
         for h in headers:
             epoch = h.partition_leader_epoch
             latest = self.leader_epoch_cache.latest_epoch()
             if epoch >= 0 and (latest is None or epoch > latest):
                 self.leader_epoch_cache.assign(epoch, h.base_offset)
             if h.producer_id >= 0:
-                self.producer_state.replay(h, now)
-        self.log_end_offset = last_offset + 1
+                self._replay(active, h, now, memoryview(records)[pos:pos + h.size] if h.is_control else None)
+            pos += h.size
         self._unflushed_messages += sum(h.records_count for h in headers)
         if self._unflushed_messages >= cfg.flush_messages:
             self.flush()
@@ -418,8 +497,9 @@ class Log:
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         now = self._time_ms()
+        target.txn_index.truncate_to(offset)
         self.producer_state.delete_snapshots_after(self.log_end_offset)
-        self.producer_state.producers = {}
+        self.producer_state.clear()
         self._load_producer_state(now)
         fsync_dir(self.dir)
         return True

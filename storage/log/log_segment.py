@@ -29,6 +29,7 @@ from protocol.record_batch import (
 from storage.log import files
 from storage.log.offset_index import OffsetIndex
 from storage.log.time_index import NO_TIMESTAMP, TimeIndex
+from storage.log.transaction_index import TransactionIndex
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX = ".log", ".index", ".timeindex", ".txnindex"
 
@@ -67,6 +68,7 @@ class LogSegment:
             self._file_len = os.stat(self.log_path).st_size
         self.offset_index = OffsetIndex(self.index_path, base_offset, max_index_size, writable=active)
         self.time_index = TimeIndex(self.time_index_path, base_offset, max_index_size, writable=active)
+        self.txn_index = TransactionIndex(self.dir / file_name(base_offset, TXN_INDEX_SUFFIX))   # read on first use
         self.size = self._file_len              # logical size; the Log fixes it for the active segment on load
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
@@ -408,6 +410,7 @@ class LogSegment:
             self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts, skip_full_check=True)
         self.offset_index.seal()
         self.time_index.seal()
+        self.txn_index.flush()
         self._unmap()
         os.ftruncate(self._fd, self.size)
         files.fsync(self._fd)
@@ -441,7 +444,7 @@ class LogSegment:
         self.offset_index.delete()
         self.time_index.delete()
         self.log_path.unlink(missing_ok=True)
-        (self.dir / file_name(self.base_offset, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
+        self.txn_index.delete()
 
 
 # ---- record-level timestamps ------------------------------------------------------------------------------

@@ -5,6 +5,11 @@ flight), which is enough to recognise a retried batch (duplicate: answer with th
 nothing) and to reject sequence gaps (ErrorCode.out_of_order_sequence_number) and zombie epochs
 (ErrorCode.invalid_producer_epoch).
 
+Transactions (Kafka's ongoing/unreplicated transactions): each producer's entry knows the first offset of its open
+transaction; a marker (control batch) completes it. The first unstable offset, below which every transaction is
+decided and replicated, is the lowest first offset of the open transactions and of the completed ones whose marker
+the high watermark has not passed yet; the log's last stable offset is that, capped at the high watermark.
+
 Snapshots use Kafka's `.snapshot` file format (version 1: int16 version, uint32 CRC-32C of the rest,
 int32 count, then 46-byte entries), named by the log offset they are valid at. Kafka writes one entry per
 producer (its last batch); we write one entry per cached batch, oldest first, so all 5 batches survive a
@@ -67,6 +72,7 @@ class ProducerStateEntry:
     batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     coordinator_epoch: int = -1
     last_update_ms: int = 0          # wall clock of the last append (for producer.id.expiration.ms)
+    current_txn_first_offset: int = -1     # first offset of the open transaction, -1 when there is none
 
     @property
     def last_seq(self) -> int:
@@ -90,10 +96,22 @@ class ProducerStateEntry:
         return None
 
     def add_batch(self, epoch: int, meta: BatchMetadata) -> None:
+        self.update_epoch(epoch)
+        self.batches.append(meta)
+
+    def update_epoch(self, epoch: int) -> None:
         if epoch != self.producer_epoch:
             self.batches.clear()
             self.producer_epoch = epoch
-        self.batches.append(meta)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended (Kafka's CompletedTxn): its first offset and the marker's offset."""
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -109,18 +127,22 @@ class ProducerAppendInfo:
         self.current = current
         self.epoch = current.producer_epoch if current else NO_PRODUCER_EPOCH
         self.staged: list[BatchMetadata] = []
+        self.txn_first_offset = current.current_txn_first_offset if current else -1
 
-    def validate(self, h: BatchHeader) -> tuple[int, str] | None:
-        """(error_code, message) if the batch must be rejected."""
+    def validate(self, h: BatchHeader, check_sequence: bool = True) -> tuple[int, str] | None:
+        """(error_code, message) if the batch must be rejected. A coordinator's batch (transactional offset commits)
+        is checked for its epoch only, as Kafka's Coordinator origin."""
         cur_epoch = self.current.producer_epoch if self.current else NO_PRODUCER_EPOCH
         if h.producer_epoch < self.epoch:
             return ErrorCode.invalid_producer_epoch, (f"producer {self.producer_id} epoch {h.producer_epoch} is older than "
                                             f"the current epoch {self.epoch}")
+        if not check_sequence:
+            return self._check_txn(h)
         if h.producer_epoch != self.epoch:
             if h.base_sequence != 0 and self.epoch != NO_PRODUCER_EPOCH:
                 return ErrorCode.out_of_order_sequence_number, (f"producer {self.producer_id} bumped its epoch to "
                                                       f"{h.producer_epoch} with sequence {h.base_sequence}, not 0")
-            return None
+            return self._check_txn(h)
         if self.staged:
             last_seq = self.staged[-1].last_seq
         elif self.current is not None and self.current.producer_epoch == h.producer_epoch:
@@ -132,6 +154,12 @@ class ProducerAppendInfo:
             return ErrorCode.out_of_order_sequence_number, (f"out of order sequence for producer {self.producer_id} epoch "
                                                   f"{h.producer_epoch}: got {h.base_sequence}, expected "
                                                   f"{(last_seq + 1) % _SEQ_MOD}")
+        return self._check_txn(h)
+
+    def _check_txn(self, h: BatchHeader) -> tuple[int, str] | None:
+        if self.txn_first_offset >= 0 and not h.is_transactional:
+            return ErrorCode.invalid_txn_state, (f"expected a transactional write from producer {self.producer_id}: "
+                                                 f"its transaction from offset {self.txn_first_offset} is open")
         return None
 
     def append(self, h: BatchHeader) -> None:
@@ -141,6 +169,8 @@ class ProducerAppendInfo:
             self.epoch = h.producer_epoch
         self.staged.append(BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset,
                                          h.max_timestamp))
+        if h.is_transactional and self.txn_first_offset < 0:
+            self.txn_first_offset = h.base_offset          # a transaction begins here
 
 
 class ProducerStateManager:
@@ -148,6 +178,8 @@ class ProducerStateManager:
         self.dir = Path(dir)
         self.producers: dict[int, ProducerStateEntry] = {}
         self.snapshots_to_keep = snapshots_to_keep
+        self.ongoing: dict[int, int] = {}                 # producer id -> first offset of its open transaction
+        self.unreplicated: list[CompletedTxn] = []        # completed, marker not yet below the high watermark
 
     # ---- appends -----------------------------------------------------------------------------------------
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
@@ -170,21 +202,87 @@ class ProducerStateManager:
         for meta in info.staged:
             entry.add_batch(info.epoch, meta)
         entry.last_update_ms = now_ms
+        if info.txn_first_offset >= 0 and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = info.txn_first_offset
+            self.ongoing[info.producer_id] = info.txn_first_offset
 
-    def replay(self, h: BatchHeader, now_ms: int) -> None:
-        """Apply a batch read back from the log (recovery): no validation, as Kafka's Replication origin."""
+    def replay(self, h: BatchHeader, now_ms: int, marker: tuple[int, int] | None = None) -> CompletedTxn | None:
+        """Apply a batch read back from the log or sent by the leader: no validation, as Kafka's Replication origin.
+        A control batch's `marker` ((control type, coordinator epoch), protocol.records.read_control_marker)
+        completes the producer's transaction; the CompletedTxn is returned."""
         if h.producer_id < 0:
-            return
+            return None
         entry = self.producers.get(h.producer_id)
         if entry is None:
             entry = self.producers[h.producer_id] = ProducerStateEntry(h.producer_id)
+        entry.last_update_ms = now_ms
+        if h.is_control:
+            if marker is None:
+                return None              # an emptied control batch (the cleaner removed its transaction)
+            return self._complete(entry, h.producer_epoch, marker[1], h.base_offset, marker[0] == 0)
         entry.add_batch(h.producer_epoch, BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset,
                                                         h.last_offset, h.max_timestamp))
-        entry.last_update_ms = now_ms
+        if h.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = h.base_offset
+            self.ongoing[h.producer_id] = h.base_offset
+        return None
+
+    # ---- transaction markers -----------------------------------------------------------------------------
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> tuple[int, str] | None:
+        """A coordinator's marker against the producer's state (Kafka's appendEndTxnMarker, coordinator origin):
+        an older producer epoch is INVALID_PRODUCER_EPOCH, an older coordinator epoch TRANSACTION_COORDINATOR_FENCED."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None
+        if producer_epoch < entry.producer_epoch:
+            return ErrorCode.invalid_producer_epoch, (f"marker for producer {producer_id} has epoch {producer_epoch}, "
+                                                      f"older than {entry.producer_epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            return ErrorCode.transaction_coordinator_fenced, (
+                f"marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, older than "
+                f"{entry.coordinator_epoch}")
+        return None
+
+    def _complete(self, entry: ProducerStateEntry, epoch: int, coordinator_epoch: int, offset: int,
+                  aborted: bool) -> CompletedTxn | None:
+        first = entry.current_txn_first_offset
+        entry.update_epoch(epoch)
+        entry.coordinator_epoch = coordinator_epoch
+        entry.current_txn_first_offset = -1
+        self.ongoing.pop(entry.producer_id, None)
+        if first < 0:
+            return None                  # nothing was written in it: no effect on the LSO or the index
+        txn = CompletedTxn(entry.producer_id, first, offset, aborted)
+        self.unreplicated.append(txn)
+        return txn
+
+    def first_unstable_offset(self) -> int | None:
+        """The lowest offset whose transaction is open or not yet replicated (None: every transaction is stable)."""
+        lows = [t.first_offset for t in self.unreplicated]
+        if self.ongoing:
+            lows.append(min(self.ongoing.values()))
+        return min(lows) if lows else None
+
+    def last_stable_offset_after(self, txn: CompletedTxn) -> int:
+        """Kafka's lastStableOffset(completedTxn), stored in the index entry: the first unstable offset of the other
+        transactions, or the offset after the marker."""
+        lows = [t.first_offset for t in self.unreplicated if t.producer_id != txn.producer_id]
+        lows += [f for pid, f in self.ongoing.items() if pid != txn.producer_id]
+        return min(lows) if lows else txn.last_offset + 1
+
+    def on_high_watermark(self, hw: int) -> None:
+        """Completed transactions whose marker the high watermark passed are stable."""
+        if self.unreplicated:
+            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= hw]
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction (DescribeProducers)."""
+        return dict(self.ongoing)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for expiration_ms (producer.id.expiration.ms); returns how many."""
-        dead = [pid for pid, e in self.producers.items() if now_ms - e.last_update_ms >= expiration_ms]
+        dead = [pid for pid, e in self.producers.items()
+                if now_ms - e.last_update_ms >= expiration_ms and e.current_txn_first_offset < 0]
         for pid in dead:
             del self.producers[pid]
         return len(dead)
@@ -209,7 +307,7 @@ class ProducerStateManager:
             metas = e.batches or [BatchMetadata(NO_SEQUENCE, NO_SEQUENCE, -1, -1, -1)]
             for m in metas:
                 body += _ENTRY.pack(pid, e.producer_epoch, m.last_seq, m.last_offset, m.offset_delta,
-                                    m.timestamp, e.coordinator_epoch, -1)
+                                    m.timestamp, e.coordinator_epoch, e.current_txn_first_offset)
                 n += 1
         _COUNT.pack_into(body, 0, n)
         path = self.dir / snapshot_name(offset)
@@ -248,17 +346,20 @@ class ProducerStateManager:
             raise CorruptSnapshotError(f"snapshot {offset} has a bad entry count {n}")
         producers: dict[int, ProducerStateEntry] = {}
         for i in range(n):
-            pid, epoch, last_seq, last_off, delta, ts, coord, _txn = _ENTRY.unpack_from(body, _COUNT.size + i * _ENTRY.size)
+            pid, epoch, last_seq, last_off, delta, ts, coord, txn = _ENTRY.unpack_from(body, _COUNT.size + i * _ENTRY.size)
             entry = producers.get(pid)
             if entry is None:
                 entry = producers[pid] = ProducerStateEntry(pid, epoch, coordinator_epoch=coord, last_update_ms=now_ms)
+            entry.current_txn_first_offset = txn if txn >= 0 else -1
             if last_off >= 0:
                 entry.add_batch(epoch, BatchMetadata((last_seq - delta) % _SEQ_MOD if last_seq >= 0 else NO_SEQUENCE,
                                                      last_seq, last_off - delta, last_off, ts))
-            elif epoch != entry.producer_epoch:
-                entry.batches.clear()
-                entry.producer_epoch = epoch
+            else:
+                entry.update_epoch(epoch)
         self.producers = producers
+        self.ongoing = {pid: e.current_txn_first_offset for pid, e in producers.items()
+                        if e.current_txn_first_offset >= 0}
+        self.unreplicated = []
 
     def load_latest(self, max_offset: int, now_ms: int, names: list[str] | None = None) -> int | None:
         """Load the newest valid snapshot at or below `max_offset` (deleting newer or corrupt ones);
@@ -270,8 +371,13 @@ class ProducerStateManager:
                 return off
             except (CorruptSnapshotError, OSError, struct.error):
                 self.delete_snapshot(off)
-        self.producers = {}
+        self.clear()
         return None
+
+    def clear(self) -> None:
+        self.producers = {}
+        self.ongoing = {}
+        self.unreplicated = []
 
     def active_producers(self) -> dict[int, ProducerStateEntry]:
         return dict(self.producers)

@@ -347,15 +347,23 @@ async def test_store_failure_fails_the_commit_and_changes_nothing(tmp_path):
     replicas.shutdown()
 
 
-def test_read_partition_skips_control_batches(tmp_path):
+async def test_load_applies_transactional_offsets_by_their_markers(tmp_path):
+    """Offsets a transaction committed (TxnOffsetCommit) count once its COMMIT marker is in the partition; an
+    aborted transaction's do not; an open transaction's stay pending (OffsetFetch with require_stable answers
+    UNSTABLE_OFFSET_COMMIT for them) until its marker arrives."""
     replicas, gc = _open(tmp_path)
     gc.store.ensure_topic()
-    k = gr.offset_commit_key("g", "t", 0)
-    control = bytearray(build_records_batch([(k, b"x")], attributes=0x20))   # e.g. a transaction marker
-    part = replicas.get("__consumer_offsets", 0)
-    assert part.log.append_as_leader(control, [read_header(control, 0)], 0).error_code == 0
-    InternalTopics(replicas).append("__consumer_offsets", 0, build_records_batch(
-        [(k, gr.encode_offset_commit_value(OffsetAndMetadata(3)))]))
-    chunks = list(gc.store.read_partition(0))
-    assert [kv for c in chunks for kv in c] == [(k, gr.encode_offset_commit_value(OffsetAndMetadata(3)))]
+    p = gc.store.partition_for("g")
+    part = replicas.get("__consumer_offsets", p)
+    for pid, tp in ((7, ("t", 0)), (8, ("t", 1)), (9, ("t", 2))):
+        assert gc.store.store_offsets("g", {tp: OffsetAndMetadata(pid * 10)}, (pid, 0)) == 0
+    assert part.log.append_marker(7, 0, 0, True, 0).error_code == 0
+    assert part.log.append_marker(8, 0, 0, False, 0).error_code == 0
+    await _loaded(gc)
+    assert {tp: om.offset for tp, om in gc.groups["g"].offsets.items()} == {("t", 0): 70}
+    assert gc.has_pending_txn_offsets("g", ("t", 2)) and not gc.has_pending_txn_offsets("g", ("t", 1))
+    gc.complete_transaction(9, p, commit=True)
+    assert {tp: om.offset for tp, om in gc.groups["g"].offsets.items()} == {("t", 0): 70, ("t", 2): 90}
+    assert not gc.has_pending_txn_offsets("g", ("t", 2))
+    gc.stop()
     replicas.shutdown()

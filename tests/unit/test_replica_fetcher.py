@@ -63,7 +63,7 @@ class ScriptedLeader:
                 views, _ = leader.read(p.fetch_offset, 1 << 20, min_one_message=True, fetch_only_committed=False)
                 parts.append((p.partition, 0, leader.high_watermark, leader.high_watermark,
                               self.log_start_override.get(t.topic, leader.log_start_offset), -1, views,
-                              sum(len(v) for v in views), None, None))
+                              sum(len(v) for v in views), None, None, None))
             topics.append((t.topic, parts))
         await asyncio.sleep(0.01)
         return memoryview(b"".join(_encode(12, 0, 0, topics)))

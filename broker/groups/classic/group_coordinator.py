@@ -48,6 +48,7 @@ from broker.groups.consumer.consumer_group import ConsumerGroupCoordinator
 from replication.internal_topics import InternalTopics
 from broker.groups.metadata_store import GroupMetadataStore
 from broker.groups.classic.group_offsets import GroupOffsetsAndAdmin
+from broker.groups.txn_offsets import TxnOffsetsMixin
 from broker.groups.records import OffsetAndMetadata
 from protocol.errors import ErrorCode
 
@@ -70,7 +71,7 @@ def _setting(config, key: str) -> int:
 
 
 # ---- the coordinator ----------------------------------------------------------------------------------------------
-class GroupCoordinator(GroupOffsetsAndAdmin):
+class GroupCoordinator(GroupOffsetsAndAdmin, TxnOffsetsMixin):
     """All classic groups of this broker. Public methods mirror the group APIs; JoinGroup/SyncGroup return Futures."""
 
     def __init__(self, config=None, clock=None, replicas=None):
@@ -81,6 +82,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         self.max_metadata_size = _setting(config, "offset.metadata.max.bytes")
         self.offsets_retention_ms = _setting(config, "offsets.retention.minutes") * 60_000
         self.retention_check_interval_ms = _setting(config, "offsets.retention.check.interval.ms")
+        self.commit_timeout_ms = int(setting(config, "offsets.commit.timeout.ms", {"offsets.commit.timeout.ms": "5000"}))
         self._clock = clock or (lambda: int(time.time() * 1000))
         self.groups: dict[str, GroupMetadata] = {}
         self._cleanup_timer: asyncio.TimerHandle | None = None
@@ -145,6 +147,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin):
         self.consumer.group_configs = configs
 
     def _unload_partition(self, p: int) -> None:
+        self.drop_pending_txn_offsets(p)
         unloaded = [g for g in self.groups.values() if self.store.partition_for(g.group_id) == p]
         for group in unloaded:
             self._unload(group)

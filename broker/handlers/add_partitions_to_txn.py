@@ -1,0 +1,49 @@
+"""AddPartitionsToTxn (key 24): a transactional producer names the partitions it is about to write (v0-3), or a
+partition leader asks whether a producer's partitions are in its transaction (v4+, KIP-890 part 1, `verify_only`;
+several transactions per request). One coordinator error answers every partition of a transaction."""
+from __future__ import annotations
+
+from protocol import kio_codec
+from protocol.errors import ErrorCode
+
+API_KEY = 24
+VERSIONS = (0, 4)
+DECODABLE = (0, 5)
+
+
+def _unknown(broker, topic: str, p: int) -> bool:
+    info = broker.topics.get(topic)
+    return info is None or not 0 <= p < info.partitions
+
+
+async def _one(broker, tid, pid, epoch, topics, verify_only: bool) -> dict:
+    wanted = {(t.name, p) for t in topics for p in t.partitions}
+    unknown = {tp for tp in wanted if _unknown(broker, *tp)}
+    if unknown:
+        # Kafka: UNKNOWN_TOPIC_OR_PARTITION for those, OPERATION_NOT_ATTEMPTED for the rest, nothing added
+        errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+                  for tp in wanted}
+    elif verify_only:
+        errors = broker.transactions.verify_partitions(tid, pid, epoch, wanted)
+    else:
+        err = await broker.transactions.add_partitions(tid, pid, epoch, wanted)
+        errors = {tp: err for tp in wanted}
+    by_topic: dict[str, list] = {}
+    for (topic, p), err in sorted(errors.items()):
+        by_topic.setdefault(topic, []).append({"partition_index": p, "partition_error_code": err})
+    return {"transactional_id": tid,
+            "topic_results": [{"name": t, "results_by_partition": ps} for t, ps in by_topic.items()]}
+
+
+async def handle(broker, req):
+    v = req.api_version
+    body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    if v >= 4:
+        results = [await _one(broker, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only)
+                   for t in body.transactions]
+        return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": 0,
+                                                      "results_by_transaction": results})
+    one = await _one(broker, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                     body.v3_and_below_producer_epoch, body.v3_and_below_topics, False)
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0,
+                                                  "results_by_topic_v3_and_below": one["topic_results"]})

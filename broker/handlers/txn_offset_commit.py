@@ -1,0 +1,42 @@
+"""TxnOffsetCommit (key 28): a transactional producer commits a group's offsets inside its transaction. The group
+coordinator writes them to `__consumer_offsets` as a transactional batch of the producer; they take effect when the
+transaction's COMMIT marker reaches that partition, and vanish with an ABORT (Kafka's pending transactional
+offsets). Generation and member are checked like OffsetCommit's when the producer sends them (KIP-447)."""
+from __future__ import annotations
+
+from protocol import kio_codec
+from protocol.errors import ErrorCode
+
+API_KEY = 28
+VERSIONS = (0, 4)
+DECODABLE = (0, 5)
+
+
+async def handle(broker, req):
+    v = req.api_version
+    body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    errors: dict[tuple[str, int], int] = {}
+    offsets = {}
+    order = []
+    for t in body.topics:
+        info = broker.topics.get(t.name)
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            order.append(tp)
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+    if offsets:
+        result = broker.groups.txn_commit_offsets(
+            body.group_id, body.transactional_id, body.producer_id, body.producer_epoch,
+            getattr(body, "member_id", ""), getattr(body, "group_instance_id", None),
+            getattr(body, "generation_id", -1), offsets)
+        if not isinstance(result, dict):
+            result = await result
+        errors.update(result)
+    by_topic: dict[str, list] = {}
+    for tp in order:
+        by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": errors[tp]})
+    return kio_codec.encode_response(API_KEY, v, {
+        "throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]})
