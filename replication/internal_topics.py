@@ -40,14 +40,15 @@ class InternalTopics:
     def max_message_bytes(self, name: str, partition: int) -> int:
         return self._partition(name, partition).config.max_message_bytes
 
-    def append(self, name: str, partition: int, batch: bytes, coordinator_origin: bool = False) -> int:
+    def append(self, name: str, partition: int, batch: bytes, coordinator_origin: bool = False, **verification) -> int:
         """Append one batch the broker built; returns its base offset. KeyError when the partition is not hosted
         here, InternalTopicError when the log refuses it. `coordinator_origin`: a producer's batch a coordinator
         writes for it (transactional offsets): its epoch is checked, not its sequence."""
         part = self._partition(name, partition)
         buf = bytearray(batch)
         headers = split_and_validate(buf, max(part.config.max_message_bytes, len(buf)))
-        result = part.append_records_to_leader(buf, headers, required_acks=1, coordinator_origin=coordinator_origin)
+        result = part.append_records_to_leader(buf, headers, required_acks=1, coordinator_origin=coordinator_origin,
+                                               **verification)
         if result.error_code:
             raise InternalTopicError(result.error_code, f"append to {name}-{partition} failed with error "
                                                         f"{result.error_code}: {result.error_message}")

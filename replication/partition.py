@@ -380,8 +380,8 @@ class Partition:
             self.waiters.clear()
 
     # ---- leader: appends ----------------------------------------------------------------------------------------
-    def append_records_to_leader(self, records, headers, required_acks: int,
-                                 coordinator_origin: bool = False) -> AppendResult:
+    def append_records_to_leader(self, records, headers, required_acks: int, coordinator_origin: bool = False,
+                                 **verification) -> AppendResult:
         """Append validated batches at this leader's epoch. acks=all needs an ISR of at least min.insync.replicas
         before the append (NOT_ENOUGH_REPLICAS), as Kafka's Partition.appendRecordsToLeader."""
         if self.leader_id != self.local_broker_id:
@@ -392,7 +392,7 @@ class Partition:
             return AppendResult(-1, -1, -1, self.log.log_start_offset, ErrorCode.not_enough_replicas,
                                 f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the "
                                 f"min.isr requirement of {min_isr} for partition {self.topic}-{self.index}")
-        result = self.log.append_as_leader(records, headers, self.leader_epoch, coordinator_origin)
+        result = self.log.append_as_leader(records, headers, self.leader_epoch, coordinator_origin, **verification)
         if result.error_code == 0 and not result.duplicate:
             self._appended(result, lambda: bytes(memoryview(records)[:sum(h.size for h in headers)]))
         return result

@@ -130,8 +130,8 @@ class GroupMetadataStore:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def append(self, group_id: str, records: list[tuple[bytes, bytes | None]], producer: tuple[int, int] | None = None
-               ) -> int:
+    def append(self, group_id: str, records: list[tuple[bytes, bytes | None]], producer: tuple[int, int] | None = None,
+               **verification) -> int:
         """Append `records` as one batch to the group's partition; returns ErrorCode.none or the raw Kafka error of the failed
         append (callers map it with map_group_error / map_offsets_error / map_operation_error)."""
         if not records:
@@ -154,7 +154,7 @@ class GroupMetadataStore:
             if producer is None:
                 self.internal.append(OFFSETS_TOPIC, p, batch)
             else:
-                self.internal.append(OFFSETS_TOPIC, p, batch, coordinator_origin=True)
+                self.internal.append(OFFSETS_TOPIC, p, batch, coordinator_origin=True, **verification)
         except KeyError:
             return ErrorCode.unknown_topic_or_partition
         except OSError as e:
@@ -176,14 +176,14 @@ class GroupMetadataStore:
         return map_group_error(err) if err != ErrorCode.none else ErrorCode.none
 
     def store_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata | None],
-                      producer: tuple[int, int] | None = None) -> int:
+                      producer: tuple[int, int] | None = None, **verification) -> int:
         """Offset commits (None: tombstone) in one batch, in `producer`'s (id, epoch) transaction when given; the
         client-facing error."""
         if not offsets:
             return ErrorCode.none
         err = self.append(group_id, [
             (offset_commit_key(group_id, t, p), None if om is None else encode_offset_commit_value(om))
-            for (t, p), om in offsets.items()], producer)
+            for (t, p), om in offsets.items()], producer, **verification)
         return map_offsets_error(err) if err != ErrorCode.none else ErrorCode.none
 
     def read_partition(self, p: int):

@@ -28,9 +28,10 @@ class TxnOffsetsMixin:
 
     def txn_commit_offsets(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
                            member_id: str, group_instance_id: str | None, generation_id: int,
-                           offsets: dict) -> dict:
+                           offsets: dict, **verification) -> dict:
         """{(topic, partition): (offset, leader epoch, metadata)} -> {(topic, partition): error}, or an awaitable of
-        that once the batch is replicated (acks=all, as Kafka writes offsets)."""
+        that once the batch is replicated (acks=all, as Kafka writes offsets). `verification_guard`: KIP-890's, when
+        the handler verified the transaction with its coordinator."""
         def all_(err):
             return {tp: err for tp in offsets}
 
@@ -69,7 +70,7 @@ class TxnOffsetsMixin:
                 accepted[tp] = OffsetAndMetadata(offset, -1 if leader_epoch is None else leader_epoch, metadata, now,
                                                  None)
         if accepted:
-            err = self.store.store_offsets(group_id, accepted, (producer_id, producer_epoch)) \
+            err = self.store.store_offsets(group_id, accepted, (producer_id, producer_epoch), **verification) \
                 if self.store is not None else ErrorCode.none
             if not err:
                 self._pending_txn().setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)

@@ -6,6 +6,7 @@ magic 0/1 set is INVALID_RECORD and an unknown magic CORRUPT_MESSAGE, as Kafka a
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import struct
 import time
@@ -68,9 +69,52 @@ def parse(frame, pos: int, version: int, flexible: bool):
 
 
 def handle(broker, req):
+    parsed = parse(req.frame, req.body_offset, req.api_version, req.flexible)
+    if parsed[0] is not None and broker.transactions.verification_enabled:
+        need = _needs_verification(broker, parsed[3])
+        if need:
+            return _verify_then_produce(broker, req, parsed, need)
+    return _produce(broker, req, parsed)
+
+
+def _needs_verification(broker, topics) -> dict:
+    """KIP-890 part 1: the partitions led here whose transactional batch would begin its producer's transaction
+    here: {(topic, partition): (producer id, epoch, guard)} (verification.py)."""
+    need = {}
+    for name, parts in topics:
+        for index, records in parts:
+            if records is None or len(records) < 61 or records[16] != 2 or not records[22] & 0x10:
+                continue
+            part = broker.replicas.get(name, index)
+            if part is None or not part.is_leader:
+                continue
+            pid, epoch = _PID_EPOCH.unpack_from(records, 43)
+            guard = part.log.producer_state.start_verification(pid)
+            if guard is not None:
+                need[(name, index)] = (pid, epoch, guard)
+    return need
+
+
+async def _verify_then_produce(broker, req, parsed, need: dict):
+    from broker.transactions.verification import client_error, verify
+    pid, epoch, _ = next(iter(need.values()))
+    answers = await verify(broker, parsed[0], pid, epoch, set(need))
+    generic = req.api_version > 10         # Kafka's genericError: these clients know TRANSACTION_ABORTABLE
+    verified = {}
+    for tp, (_, _, guard) in need.items():
+        code = answers.get(tp, ErrorCode.invalid_txn_state)
+        verified[tp] = (client_error(code, generic) if code else 0, guard)
+    result = _produce(broker, req, parsed, verified)
+    return await result if inspect.isawaitable(result) else result
+
+
+def _produce(broker, req, parsed, verified: dict | None = None):
+    """`verified`: {(topic, partition): (error, guard)} from KIP-890 verification (an error refuses the partition,
+    as Kafka's ReplicaManager does before appending)."""
     version, flexible = req.api_version, req.flexible
-    txn_id, acks, timeout_ms, topics = parse(req.frame, req.body_offset, version, flexible)
+    txn_id, acks, timeout_ms, topics = parsed
     replicas = broker.replicas
+    verifying = txn_id is not None and broker.transactions.verification_enabled
     out_topics = []
     delayed = []                 # acks=all appends whose last offset the high watermark has not passed yet
     # Kafka's KafkaApis.handleProduceRequest: transactional records need a transactional id (one the client may write
@@ -95,6 +139,9 @@ def handle(broker, req):
                 err, msg = ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}"
             elif records is None:
                 err, msg = ErrorCode.corrupt_message, "null record set"
+            elif verified is not None and verified.get((name, index), (0,))[0]:
+                err, msg = verified[(name, index)][0], "Partition was not added to the transaction" \
+                    if verified[(name, index)][0] == ErrorCode.invalid_txn_state else None
             else:
                 try:
                     cfg = part.config
@@ -107,7 +154,11 @@ def handle(broker, req):
                     if target is not None and headers[0].compression != target:
                         records = _recompress(records, target)
                         headers = split_and_validate(records, cfg.max_message_bytes)
-                    result = part.append_records_to_leader(records, headers, acks)
+                    if verifying and headers[0].is_transactional:
+                        guard = verified.get((name, index), (0, None))[1] if verified else None
+                        result = part.append_records_to_leader(records, headers, acks, verification_guard=guard)
+                    else:
+                        result = part.append_records_to_leader(records, headers, acks)
                     err, msg = result.error_code, result.error_message
                     if err == ErrorCode.none:
                         appended += len(records)
@@ -240,6 +291,7 @@ def _recompress(records, codec: int) -> bytearray:
         raise InvalidRecordError(ErrorCode.corrupt_message, f"cannot recompress batch: {e}") from None
 
 
+_PID_EPOCH = struct.Struct(">qh")       # a batch's producer id and epoch, at byte 43
 _PART_V9 = struct.Struct(">ihqqq")     # index, error, base offset, log append time, log start offset (v5+)
 _OK_TAIL_FLEX = b"\x01\x00\x00"          # no record errors, null error message, no tagged fields (v9+)
 

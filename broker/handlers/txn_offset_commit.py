@@ -4,6 +4,8 @@ transaction's COMMIT marker reaches that partition, and vanish with an ABORT (Ka
 offsets). Generation and member are checked like OffsetCommit's when the producer sends them (KIP-447)."""
 from __future__ import annotations
 
+from broker.groups.metadata_store import OFFSETS_TOPIC
+from broker.transactions.verification import client_error, verify
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -28,10 +30,18 @@ async def handle(broker, req):
             else:
                 offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
     if offsets:
+        verification = {}
+        if broker.transactions.verification_enabled and broker.groups.store is not None:
+            err, guard = await _verify(broker, body)
+            if err:
+                offsets = {}
+                errors.update({tp: client_error(err, v >= 4) for tp in order if tp not in errors})
+            verification = {"verification_guard": guard}
+    if offsets:
         result = broker.groups.txn_commit_offsets(
             body.group_id, body.transactional_id, body.producer_id, body.producer_epoch,
             getattr(body, "member_id", ""), getattr(body, "group_instance_id", None),
-            getattr(body, "generation_id", -1), offsets)
+            getattr(body, "generation_id", -1), offsets, **verification)
         if not isinstance(result, dict):
             result = await result
         errors.update(result)
@@ -40,3 +50,16 @@ async def handle(broker, req):
         by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": errors[tp]})
     return kio_codec.encode_response(API_KEY, v, {
         "throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]})
+
+
+async def _verify(broker, body) -> tuple[int, object]:
+    """KIP-890 part 1 for the group's __consumer_offsets partition, as for a Produce: (coordinator error, guard)."""
+    p = broker.groups.store.partition_for(body.group_id)
+    part = broker.replicas.get(OFFSETS_TOPIC, p)
+    if part is None or not part.is_leader:
+        return 0, None                     # the group coordinator answers NOT_COORDINATOR
+    guard = part.log.producer_state.start_verification(body.producer_id)
+    if guard is None:
+        return 0, None                     # its transaction is open in that partition already
+    answer = await verify(broker, body.transactional_id, body.producer_id, body.producer_epoch, {(OFFSETS_TOPIC, p)})
+    return answer.get((OFFSETS_TOPIC, p), ErrorCode.invalid_txn_state), guard

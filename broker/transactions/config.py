@@ -8,5 +8,6 @@ TXN_DEFAULTS: dict[str, str] = {
     "transaction.state.log.load.buffer.size": "5242880",
     "transaction.max.timeout.ms": "900000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    "transaction.partition.verification.enable": "true",
     "request.timeout.ms": "30000",
 }

@@ -64,6 +64,8 @@ class TransactionCoordinator:
         self.max_timeout_ms = _int(config, "transaction.max.timeout.ms")
         self.abort_interval_ms = _int(config, "transaction.abort.timed.out.transaction.cleanup.interval.ms")
         self.request_timeout_ms = _int(config, "request.timeout.ms")
+        self.verification_enabled = setting(config, "transaction.partition.verification.enable",
+                                            TXN_DEFAULTS).strip().lower() == "true"
         self._clock = clock or (lambda: int(time.time() * 1000))
         self.internal = InternalTopics(replicas)
         self.txns: dict[str, S.TransactionMetadata] = {}
@@ -426,12 +428,12 @@ class TransactionCoordinator:
             err = ErrorCode.transactional_id_not_found
         if err:
             return {"error_code": err, "transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
-                    "transaction_start_time_ms": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+                    "transaction_start_time": 0, "producer_id": -1, "producer_epoch": 0, "topics": []}
         by_topic: dict[str, list[int]] = {}
         for topic, p in sorted(meta.partitions):
             by_topic.setdefault(topic, []).append(p)
         return {"error_code": 0, "transactional_id": tid, "transaction_state": meta.state_name,
-                "transaction_timeout": meta.txn_timeout_ms, "transaction_start_time_ms": meta.txn_start_ms,
+                "transaction_timeout": meta.txn_timeout_ms, "transaction_start_time": meta.txn_start_ms,
                 "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
 

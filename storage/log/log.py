@@ -43,6 +43,9 @@ def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+_UNCHECKED = object()       # append_as_leader without KIP-890 verification (tests, verification turned off)
+
+
 class UnexpectedAppendOffsetError(Exception):
     """A follower append whose offsets do not continue the log (Kafka's UnexpectedAppendOffsetException)."""
 
@@ -310,7 +313,7 @@ class Log:
 
     # ---- appends -----------------------------------------------------------------------------------------
     def append_as_leader(self, records, headers: list[BatchHeader], leader_epoch: int,
-                         coordinator_origin: bool = False) -> AppendResult:
+                         coordinator_origin: bool = False, verification_guard=_UNCHECKED) -> AppendResult:
         """Append validated batches: assign offsets (headers are updated in place too), apply LogAppendTime,
         check idempotence, roll if needed, write, index, and track producer and leader-epoch state."""
         now = self._time_ms()
@@ -344,6 +347,10 @@ class Log:
             if info is None:
                 info = infos[h.producer_id] = self.producer_state.prepare(h.producer_id)
             err = info.validate(h, check_sequence=not coordinator_origin)
+            if err is None and h.is_transactional and verification_guard is not _UNCHECKED and \
+                    info.txn_first_offset < 0 and not self.producer_state.verified(h.producer_id, verification_guard):
+                err = (ErrorCode.invalid_txn_state, f"transactional batch of producer {h.producer_id} is not part of an "
+                                                    f"ongoing transaction verified with its coordinator")
             if err is not None:
                 return AppendResult(-1, -1, -1, self.log_start_offset, err[0], err[1])
             info.append(h)

@@ -179,6 +179,10 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.snapshots_to_keep = snapshots_to_keep
         self.ongoing: dict[int, int] = {}                 # producer id -> first offset of its open transaction
+        # KIP-890 part 1: producer id -> the guard of a verification with its coordinator in flight or done; a
+        # transaction may only begin here with the guard, and a marker (the coordinator ended the transaction since)
+        # voids it, so a late batch cannot open a transaction no coordinator knows of
+        self.verifying: dict[int, object] = {}
         self.unreplicated: list[CompletedTxn] = []        # completed, marker not yet below the high watermark
 
     # ---- appends -----------------------------------------------------------------------------------------
@@ -243,8 +247,23 @@ class ProducerStateManager:
                 f"{entry.coordinator_epoch}")
         return None
 
+    def start_verification(self, producer_id: int) -> object | None:
+        """A guard for a transactional batch about to be verified (Kafka's VerificationGuard), or None when the
+        producer's transaction is open here already (no verification needed)."""
+        if producer_id in self.ongoing:
+            return None
+        guard = self.verifying.get(producer_id)
+        if guard is None:
+            guard = self.verifying[producer_id] = object()
+        return guard
+
+    def verified(self, producer_id: int, guard) -> bool:
+        """Whether a transaction of the producer may begin with `guard`."""
+        return guard is not None and self.verifying.get(producer_id) is guard
+
     def _complete(self, entry: ProducerStateEntry, epoch: int, coordinator_epoch: int, offset: int,
                   aborted: bool) -> CompletedTxn | None:
+        self.verifying.pop(entry.producer_id, None)
         first = entry.current_txn_first_offset
         entry.update_epoch(epoch)
         entry.coordinator_epoch = coordinator_epoch
@@ -378,6 +397,7 @@ class ProducerStateManager:
         self.producers = {}
         self.ongoing = {}
         self.unreplicated = []
+        self.verifying = {}
 
     def active_producers(self) -> dict[int, ProducerStateEntry]:
         return dict(self.producers)

@@ -415,8 +415,7 @@ def _(s: Side):
             offsets_parts(s.list_offsets(t, [0], -1, isolation_level=1))]
 
 
-@scenario("produce-transactional-batch-outside-a-transaction", expect=("TRANSACTION_ABORTABLE",), xfail=(
-    "no transactions yet: Strata answers INVALID_TXN_STATE to every transactional produce"))
+@scenario("produce-transactional-batch-outside-a-transaction", expect=("TRANSACTION_ABORTABLE",))
 def _(s: Side):
     """A transactional producer's batch to a partition it never added to a transaction (KIP-890 verification)."""
     t = s.create()

@@ -17,6 +17,7 @@ import pytest
 
 import differential_data  # noqa: F401  (registers its scenarios)
 import differential_groups  # noqa: F401
+import differential_transactions  # noqa: F401
 from differential_scenarios import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, DELETE_TOPICS, DESCRIBE_CONFIGS,
                                     INCREMENTAL_ALTER_CONFIGS, METADATA, OFFSET_FOR_LEADER_EPOCH, SCENARIOS,
                                     Scenario, Side, coordinator, err, norm, scenario)
@@ -274,8 +275,7 @@ def _(s: Side):
     return coordinator(s, 1, s.name("-txn"))
 
 
-@scenario("init-producer-id-transactional", xfail=(
-    "no transactions yet: InitProducerId with a transactional id answers COORDINATOR_NOT_AVAILABLE"))
+@scenario("init-producer-id-transactional")
 def _(s: Side):
     coordinator(s, 1, s.name("-txn"))
     r = s.init_producer_id(s.name("-txn"), timeout=5)

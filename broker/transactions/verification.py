@@ -1,0 +1,66 @@
+"""KIP-890 part 1: before a partition leader lets a producer's transaction begin in a partition, it asks the
+transaction coordinator whether the partition is in that transaction (Kafka's AddPartitionsToTxnManager, with
+AddPartitionsToTxn v4 `verify_only` when the coordinator is another broker). A batch that fails is refused, so a late
+or stray transactional write cannot leave a transaction open that no coordinator will ever end (a hanging
+transaction that would hold the last stable offset forever).
+
+The leader takes a guard from the partition's producer state before asking; a marker written meanwhile voids it, and
+the append then fails (storage/log/producer_state.py).
+"""
+from __future__ import annotations
+
+import logging
+
+from broker.groups.metadata_store import partition_for
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("strata.transactions.verify")
+
+# Kafka's ReplicaManager: coordinator errors an older client may not retry become NOT_ENOUGH_REPLICAS (retriable,
+# no metadata refresh)
+_RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
+                        ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+                        ErrorCode.not_coordinator, ErrorCode.request_timed_out})
+
+
+def client_error(code: int, generic: bool) -> int:
+    """A coordinator's verification answer as the producer sees it. `generic`: the client knows
+    TRANSACTION_ABORTABLE (Produce v11+, TxnOffsetCommit v4+); older ones get INVALID_TXN_STATE."""
+    if code == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    if code == ErrorCode.transaction_abortable and not generic:
+        return ErrorCode.invalid_txn_state
+    if code in _RETRIABLE:
+        return ErrorCode.not_enough_replicas
+    return code
+
+
+async def verify(broker, transactional_id: str, producer_id: int, producer_epoch: int,
+                 partitions: set) -> dict[tuple[str, int], int]:
+    """The coordinator's answer per partition (0: in the transaction), before client_error's mapping."""
+    from broker.transactions.coordinator import TXN_TOPIC
+    info = broker.topics.get(TXN_TOPIC)
+    leader = info.partition(partition_for(transactional_id, info.partitions)).leader if info is not None else -1
+    if leader < 0:
+        return {tp: ErrorCode.coordinator_not_available for tp in partitions}
+    if leader == broker.node_id:
+        return broker.transactions.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in sorted(partitions):
+        by_topic.setdefault(topic, []).append(p)
+    try:
+        resp = await broker.peer_connection(leader).send(24, 4, {"transactions": [{
+            "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "verify_only": True, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]})
+    except Exception as e:
+        log.info("verifying %s with its coordinator (broker %d) failed: %s", transactional_id, leader, e)
+        return {tp: ErrorCode.network_exception for tp in partitions}
+    if resp.error_code:
+        return {tp: int(resp.error_code) for tp in partitions}
+    out = {tp: ErrorCode.invalid_txn_state for tp in partitions}
+    for txn in resp.results_by_transaction:
+        for t in txn.topic_results:
+            for r in t.results_by_partition:
+                if (t.name, r.partition_index) in out:
+                    out[(t.name, r.partition_index)] = int(r.partition_error_code)
+    return out
