@@ -44,6 +44,8 @@ class _CleanedSegment:
         self.log_path = dir / (file_name(base_offset, LOG_SUFFIX) + CLEANED_SUFFIX)
         self.index_path = dir / (file_name(base_offset, INDEX_SUFFIX) + CLEANED_SUFFIX)
         self.time_index_path = dir / (file_name(base_offset, TIME_INDEX_SUFFIX) + CLEANED_SUFFIX)
+        self.txn_index_path = dir / (file_name(base_offset, TXN_INDEX_SUFFIX) + CLEANED_SUFFIX)
+        self.txn_index = b""                     # the aborted transactions still holding records here
         self._f = open(self.log_path, "wb", buffering=_MB)
         self.size = 0
         self._since_index = 0
@@ -80,7 +82,8 @@ class _CleanedSegment:
         self._f.flush()
         os.fsync(self._f.fileno())
         self._f.close()
-        for path, data in ((self.index_path, self._offset_index), (self.time_index_path, self._time_index)):
+        for path, data in ((self.index_path, self._offset_index), (self.time_index_path, self._time_index),
+                           (self.txn_index_path, self.txn_index)):
             with open(path, "wb") as f:
                 f.write(data)
                 f.flush()
@@ -93,11 +96,27 @@ class _CleanedSegment:
             self._f.close()
         except OSError:
             pass
-        for p in (self.log_path, self.index_path, self.time_index_path):
+        for p in (self.log_path, self.index_path, self.time_index_path, self.txn_index_path):
             try:
                 p.unlink(missing_ok=True)
             except OSError:
                 pass
+
+
+def install_txn_index(dir: Path, base: int) -> None:
+    """`<base>.txnindex.swap` (the cleaned segment's aborted transactions, possibly none) becomes `<base>.txnindex`.
+    It is renamed to `.swap` before the commit point, so after a crash it is either still there or in place."""
+    swap = dir / (file_name(base, TXN_INDEX_SUFFIX) + SWAP_SUFFIX)
+    final = dir / file_name(base, TXN_INDEX_SUFFIX)
+    try:
+        empty = os.stat(swap).st_size == 0
+    except FileNotFoundError:
+        return
+    if empty:
+        final.unlink(missing_ok=True)
+        swap.unlink()
+    else:
+        os.replace(swap, final)
 
 
 # ---- recovery ----------------------------------------------------------------------------------------------------------
@@ -136,9 +155,10 @@ def complete_interrupted_swaps(dir: Path) -> int:
             if len(s) == 20 and s.isdigit() and base < int(s) < end:
                 for sfx in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                     (dir / file_name(int(s), sfx)).unlink(missing_ok=True)
-        for sfx in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+        for sfx in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             for extra in ("", SWAP_SUFFIX, CLEANED_SUFFIX):
                 (dir / (file_name(base, sfx) + extra)).unlink(missing_ok=True)
+        install_txn_index(dir, base)     # the cleaned segment's, renamed before the commit point; else in place
         os.replace(swap, dir / file_name(base, LOG_SUFFIX))
         log.warning("completed an interrupted log cleaner swap in %s: segment %d (offsets up to %d)",
                     dir.name, base, end - 1)

@@ -22,7 +22,10 @@ One pass (Kafka's Cleaner.doClean):
    as they are (their offset and timestamp deltas still hold) and the section is compressed again with the batch's
    own codec. A batch left empty is dropped, unless it is the last batch of a producer id that is still active,
    which is kept as an empty batch header (Kafka: BatchRetention.RETAIN_EMPTY) so idempotence state survives a
-   rebuild from the log. Control batches (transaction markers) are copied as they are: Strata has no transactions.
+   rebuild from the log. Transactions (cleaned_transactions.py): records of aborted transactions are left out of the
+   map and dropped; a marker stays while records of its transaction remain, then gets a delete horizon like a
+   tombstone and goes after it; the cleaned segment gets the index entries of the aborted transactions it still
+   holds. Nothing from the last stable offset on is cleaned.
 4. **Tombstones** (KIP-534): the first pass that keeps a tombstone in a batch without a delete horizon rewrites the
    batch with attribute bit 6 (hasDeleteHorizonMs) set and baseTimestamp = now + `delete.retention.ms` (record
    timestamp deltas are re-based, so every record's timestamp is unchanged for every reader). Later passes drop
@@ -46,7 +49,8 @@ from protocol.record_batch import (
 )
 from protocol.records import CorruptRecordError, scan_records
 from protocol.wire import varint
-from storage.cleaner.cleaned_segment import SWAP_SUFFIX, _CleanedSegment
+from storage.cleaner.cleaned_segment import SWAP_SUFFIX, _CleanedSegment, install_txn_index
+from storage.cleaner.cleaned_transactions import CleanedTransactions, with_delete_horizon
 from storage.log.files import fsync_dir
 from storage.log.log_segment import INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment, file_name
 
@@ -234,6 +238,8 @@ class CleaningTask:
     max_index_size: int
     index_interval_bytes: int
     active_producers: dict[int, int]  # producer id -> last offset of its last batch (Kafka: lastRecordsOfActiveProducers)
+    aborted: list = field(default_factory=list)   # aborted transactions of the range (transaction indexes)
+    txns: CleanedTransactions | None = None        # of the group being cleaned
     stats: CleanerStats = field(default_factory=CleanerStats)
     end_offset: int = -1             # offsets below it are clean after this pass
     earliest_horizon: int | None = None  # of the tombstones this pass keeps (future horizons only)
@@ -337,9 +343,11 @@ class Cleaner:
                                    seg.index_path, seg.time_index_path))
         cfg = lg.config
         producers = {pid: e.last_offset for pid, e in lg.producer_state.producers.items() if e.last_offset >= 0}
+        aborted = lg.collect_aborted_transactions(sources[0].base_offset, ltc.first_uncleanable_offset) \
+            if sources else []
         return CleaningTask(lg, ltc.name, lg.dir, ltc.first_dirty_offset, ltc.first_uncleanable_offset, sources, now,
                             cfg.delete_retention_ms, min(cfg.segment_bytes, INT32_MAX),
-                            min(cfg.segment_index_bytes, INT32_MAX), cfg.index_interval_bytes, producers)
+                            min(cfg.segment_index_bytes, INT32_MAX), cfg.index_interval_bytes, producers, aborted)
 
     def swap(self, task: CleaningTask, group: list[_Source], cleaned: _CleanedSegment) -> bool:
         """Install a cleaned segment in place of `group` (files, then the Log's segment list). False if the log
@@ -350,12 +358,13 @@ class Cleaner:
         def install() -> LogSegment:
             d, base = task.dir, cleaned.base_offset
             swap_path = d / (file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
+            os.replace(cleaned.txn_index_path, d / (file_name(base, TXN_INDEX_SUFFIX) + SWAP_SUFFIX))
             os.replace(cleaned.log_path, swap_path)          # the commit point
             fsync_dir(d)
             for seg in old[1:]:
                 seg.delete()
             old[0].release()                                 # its files are replaced by the renames below
-            (d / file_name(base, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
+            install_txn_index(d, base)
             os.replace(cleaned.index_path, d / file_name(base, INDEX_SUFFIX))
             os.replace(cleaned.time_index_path, d / file_name(base, TIME_INDEX_SUFFIX))
             os.replace(swap_path, d / file_name(base, LOG_SUFFIX))
@@ -378,6 +387,7 @@ class Cleaner:
         """Map the dirty section [first dirty, first uncleanable) until done or the map is full; sets end_offset."""
         m = self.offset_map
         m.clear()
+        task.txns = CleanedTransactions(task.aborted)     # aborted records never enter the map
         start, end = task.first_dirty_offset, task.first_uncleanable_offset
         for src in task.sources:
             if src.next_base <= start or src.base_offset >= end:
@@ -403,9 +413,13 @@ class Cleaner:
         with _SegmentFile(src) as buf:
             for pos, h in _batches(buf, src.size, src.path.name):
                 stats.map_bytes_read += h.size
-                if h.last_offset < start:
+                if h.attributes & CONTROL_BIT:
+                    task.txns.on_control(h, buf[pos:pos + h.size])
+                elif task.txns.on_batch(h):
+                    pass                                  # an aborted transaction's: its keys do not count
+                elif h.last_offset < start:
                     continue
-                if not h.attributes & CONTROL_BIT and h.records_count > 0:
+                elif h.records_count > 0:
                     section = _section(buf[pos:pos + h.size], h.attributes & 0x07)
                     base = h.base_offset
                     spans = scan_records(section, 0, len(section), h.records_count)
@@ -464,11 +478,13 @@ class Cleaner:
         swap)."""
         self._check(task)
         out = _CleanedSegment(task.dir, group[0].base_offset, task.index_interval_bytes)
+        task.txns = CleanedTransactions(task.aborted)
         try:
             mtime = None
             for src in group:
                 self._check(task)
                 mtime = self._clean_into(task, src, out)
+            out.txn_index = b"".join(e.pack() for e in task.txns.index)
             out.finish(mtime)
             self._check(task)
         except BaseException:
@@ -497,11 +513,25 @@ class Cleaner:
         """(bytes to write, their max timestamp), or None to drop the batch."""
         stats = task.stats
         attrs = h.attributes
-        if attrs & CONTROL_BIT:
-            return raw, h.max_timestamp
         has_horizon = bool(attrs & DELETE_HORIZON_BIT)
-        retain_deletes = not has_horizon or task.now < h.base_timestamp
         last_of_producer = h.producer_id >= 0 and task.active_producers.get(h.producer_id) == h.last_offset
+        if attrs & CONTROL_BIT:                   # a transaction marker (Kafka's checkBatchRetention)
+            if not task.txns.on_control(h, raw):
+                return raw, h.max_timestamp
+            if not has_horizon:                   # discardable: first it gets a delete horizon, like a tombstone
+                horizon = min(task.now + task.delete_retention_ms, LONG_MAX)
+                task.note_horizon(horizon)
+                stats.batches_rewritten += 1
+                return with_delete_horizon(raw, h, horizon), h.max_timestamp
+            if task.now < h.base_timestamp:
+                task.note_horizon(h.base_timestamp)
+                return raw, h.max_timestamp
+            return (_empty_batch(h), h.max_timestamp) if last_of_producer else None
+        if task.txns.on_batch(h):                 # an aborted transaction's records: gone
+            stats.records_read += h.records_count
+            return (_empty_batch(h), h.max_timestamp) if last_of_producer and h.records_count else \
+                (raw, h.max_timestamp) if last_of_producer else None
+        retain_deletes = not has_horizon or task.now < h.base_timestamp
         if h.records_count == 0:                  # an empty batch kept earlier for its producer's state
             return (raw, h.max_timestamp) if last_of_producer else None
         codec = attrs & 0x07

@@ -114,6 +114,8 @@ class LogCleaner:
             first_dirty = start
         segs = lg.segments()
         uncleanable = segs[-1].base_offset                 # never the active segment
+        # nor anything from the last stable offset on: an open transaction's outcome is not known yet (Kafka)
+        uncleanable = min(uncleanable, getattr(lg, "last_stable_offset", uncleanable))
         lag = max(lg.config.min_compaction_lag_ms, 0)
         if lag > 0:
             for i, seg in enumerate(segs[:-1]):
