@@ -65,6 +65,15 @@ async def wait_for_all(waits: list, timeout: float) -> list[int]:
     return out
 
 
+def _end_of(views, start: int) -> int:
+    """The offset after the last batch in `views` (`start` when there is none)."""
+    upper = start
+    for v in views:
+        for _, h in iter_batches(v):
+            upper = max(upper, h.last_offset + 1)
+    return upper
+
+
 def _error_name(error: int) -> str:
     try:
         return ErrorCode(error).name
@@ -433,11 +442,15 @@ class Partition:
     def aborted_transactions(self, fetch_offset: int, views) -> list:
         """What a read_committed Fetch returns with `views` read from `fetch_offset`: the aborted transactions
         overlapping them (AbortedTxn entries of the local transaction indexes)."""
-        upper = fetch_offset
-        for v in views:
-            for _, h in iter_batches(v):
-                upper = max(upper, h.last_offset + 1)
+        upper = _end_of(views, fetch_offset)
         return self.log.collect_aborted_transactions(fetch_offset, upper) if upper > fetch_offset else []
+
+    async def remote_aborted_transactions(self, fetch_offset: int, views) -> list:
+        """The same for `views` read from the remote tier (its segments' TRANSACTION indexes)."""
+        upper = _end_of(views, fetch_offset)
+        if upper <= fetch_offset:
+            return []
+        return await self.remote.collect_aborted_transactions(self.topic, self.index, self.log, fetch_offset, upper)
 
     # ---- leader: reads -------------------------------------------------------------------------------------------
     def read(self, fetch_offset: int, max_bytes: int, *, min_one_message: bool,

@@ -11,6 +11,7 @@ with `preferred_read_replica` (broker/replica_selector.py) and no records. Older
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 
@@ -27,6 +28,7 @@ VERSIONS = (0, 16)
 DECODABLE = (4, 16)
 
 UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
+log = logging.getLogger("strata.fetch")
 
 _NULL_UUID = b"\x00" * 16
 
@@ -34,7 +36,7 @@ _NULL_UUID = b"\x00" * 16
 class _Wanted:
     """One partition a fetch asks for: key is (topic name or topic id, partition)."""
     __slots__ = ("key", "topic", "index", "fetch_offset", "max_bytes", "leader_epoch", "sp", "part", "error",
-                 "remote", "last_fetched_epoch", "diverging", "pointers", "log_start", "preferred")
+                 "remote", "last_fetched_epoch", "diverging", "pointers", "log_start", "preferred", "aborted")
 
     def __init__(self, key, topic, index, fetch_offset, max_bytes, leader_epoch, sp=None, last_fetched_epoch=-1,
                  log_start=-1):
@@ -49,6 +51,7 @@ class _Wanted:
         self.pointers = ()                              # WAL pointers for a follower, instead of records (KIP-1176)
         self.log_start = log_start                      # a follower's log start offset
         self.preferred = -1                             # preferred_read_replica for a consumer (KIP-392)
+        self.aborted = None                             # read_committed from the remote tier: its aborted txns
 
 
 def handle(broker, req):
@@ -165,6 +168,12 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
         w.remote = None
         views, w.error = w.part.remote_read_result(w.fetch_offset, task)
         results[i] = (views, sum(len(v) for v in views))      # replaces the budget reserved by _read_all
+        if read_committed and views and not w.error:
+            try:
+                w.aborted = await w.part.remote_aborted_transactions(w.fetch_offset, views)
+            except Exception as e:                      # a remote index that cannot be read: as a failed read
+                log.warning("aborted transactions of %s-%d from the remote tier: %s", w.part.topic, w.index, e)
+                results[i], w.error = ((), 0), UNKNOWN_SERVER_ERROR
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
 
 
@@ -306,7 +315,8 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
         lso = part.last_stable_offset if part is not None else -1
         aborted = None
         if read_committed:
-            aborted = part.aborted_transactions(w.fetch_offset, views) if size and part is not None else ()
+            aborted = w.aborted if w.aborted is not None else \
+                part.aborted_transactions(w.fetch_offset, views) if size and part is not None else ()
         log_start = part.log_start_offset if part is not None else -1
         if incremental:
             sp = w.sp

@@ -524,7 +524,7 @@ class RemoteLogManager(RemoteLogReader):
             raise
         self.rlmm.update_state(cur, S.DELETE_SEGMENT_FINISHED)
         sid = md.segment_id.id
-        self._indexes.drop(lambda k: k == (md.tip, sid))
+        self._indexes.drop(lambda k: k[:2] == (md.tip, sid))
         self._chunks.drop(lambda k: k[0] == md.tip and k[1] == sid)
 
     async def _expire(self, t: _PartitionTask) -> None:

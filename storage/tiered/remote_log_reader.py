@@ -20,6 +20,7 @@ from typing import Callable
 from protocol.record_batch import HEADER_SIZE, read_header
 from storage.log.log import OffsetOutOfRangeError
 from storage.log.log_segment import record_timestamps
+from storage.log.transaction_index import AbortedTxn, parse_entries
 from storage.tiered.remote_log_metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageException
 from storage.tiered.remote_storage_manager import IndexType
 
@@ -29,6 +30,15 @@ _TIME_ENTRY = struct.Struct(">qI")
 
 
 # ---- caches -------------------------------------------------------------------------------------------------------
+class _TxnIndex:
+    """A remote segment's aborted transactions (its `.txnindex`, Kafka's TransactionIndex)."""
+    __slots__ = ("entries", "size")
+
+    def __init__(self, entries: list[AbortedTxn]):
+        self.entries = entries
+        self.size = 34 * len(entries) + 64
+
+
 class _Indexes:
     """A remote segment's offset and time index, parsed from Kafka's on-disk formats."""
     __slots__ = ("base", "offsets", "positions", "times", "time_offsets", "size")
@@ -217,6 +227,33 @@ class RemoteLogReader:
             if md is None:
                 break
         return []
+
+    async def collect_aborted_transactions(self, topic: str, partition: int, lg, start: int,
+                                           upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, upper) from the remote segments' TRANSACTION indexes, then the
+        local log's past the local log start (Kafka's RemoteLogManager.collectAbortedTransactions): what a
+        read_committed Fetch served from the remote tier returns."""
+        tip = self.tip_of(topic, partition)
+        out: list[AbortedTxn] = []
+        md = self.segment_for_offset(tip, lg, start) if tip is not None else None
+        while md is not None:        # a transaction's entry is in its marker's segment, which may come later
+            for e in (await self._txn_index(md)).entries:
+                if e.last_offset >= start and e.first_offset < upper:
+                    out.append(e)
+                    if e.last_stable_offset >= upper:
+                        return out       # complete: no later entry can overlap (Kafka's TxnIndexSearchResult)
+            md = self._next_segment(tip, md)
+        seen = set(out)                  # a segment both uploaded and still local has its entries in both places
+        return out + [e for e in lg.collect_aborted_transactions(start, upper) if e not in seen]
+
+    def _txn_index(self, md: RemoteLogSegmentMetadata):
+        async def load():
+            try:
+                data = await self.rsm.fetch_index(md, IndexType.TRANSACTION)
+            except RemoteStorageException:
+                data = b""                       # the segment had no aborted transaction: no index was uploaded
+            return _TxnIndex(parse_entries(data))
+        return self._indexes.get((md.tip, md.segment_id.id, "txn"), load)
 
     def _index(self, md: RemoteLogSegmentMetadata):
         async def load():
