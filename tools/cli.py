@@ -1,6 +1,7 @@
 """The `strata` command: the server's commands (broker/cli.py) and the admin tools with Kafka's verbs:
 `strata topics` (kafka-topics.sh), `strata groups` (kafka-consumer-groups.sh), `strata configs` (kafka-configs.sh),
 `strata reassign` (kafka-reassign-partitions.sh), `strata perf` (kafka-producer/consumer-perf-test.sh),
+`strata transactions` (kafka-transactions.sh),
 `strata cluster`. The tools speak the Kafka protocol to `--bootstrap-server`, as Kafka's own do."""
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import asyncio
 import sys
 
 from broker import cli as server_cli
-from tools import cluster_info, configs, groups, perf, reassign, topics
+from tools import cluster_info, configs, groups, perf, reassign, topics, transactions
 from tools.admin_client import AdminError
 
 
 def parser():
     p, sub = server_cli.parser()
-    for tool in (topics, groups, configs, reassign, perf, cluster_info):
+    for tool in (topics, groups, configs, reassign, perf, cluster_info, transactions):
         tool.add_parser(sub)
     return p
 

@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import time
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
 from tests import apache_kafka as ak
 from tests.integration.rawclient import RawClient
 from tests.kafka.kafka_tools import (CONFIGS, CONSOLE_CONSUMER, DELETE_RECORDS, ELECTION, GET_OFFSETS, GROUPS,
-                                     LOG_DIRS, QUORUM, REASSIGN, TOPICS, Side, both, eventually, partition_lines,
+                                     LOG_DIRS, QUORUM, REASSIGN, TOPICS, Run, Side, both, eventually, normalize,
+                                     partition_lines,
                                      same, table, three_brokers, without_elr_default)
+
+TXNS = "org.apache.kafka.tools.TransactionsCommand"
 
 pytestmark = pytest.mark.usefixtures("kafka_jars")
 
@@ -445,3 +449,98 @@ def test_metadata_quorum_of_three_brokers(sides3):
 def test_metadata_quorum_lists_every_controller_as_a_voter(strata_cluster):
     status = _status(Side("strata", strata_cluster).run(QUORUM, "describe", "--status"))
     assert len(json.loads(status["CurrentVoters"])) == 3
+
+
+# ---- kafka-transactions.sh -----------------------------------------------------------------------------------------
+
+def _pids(text: str) -> str:
+    """Producer ids differ between two brokers (each hands out its own blocks): masked, column widths too."""
+    text = re.sub(r"\b\d{3,}\b|\b\d+(?=\s+\d+\s+\d+\s+\d+\s+(?:\d+|None)\s+\S+\s*$)", "<n>", text, flags=re.M)
+    return "\n".join(" ".join(line.split()) for line in text.splitlines())
+
+
+def test_transactions_tool_lists_describes_and_aborts_a_hanging_transaction(sides, topic_name):
+    """kafka-transactions.sh: list, describe and describe-producers of an open transaction, then `abort` by start
+    offset (the tool finds the producer with DescribeProducers and writes the ABORT marker with WriteTxnMarkers to the
+    partition's leader, as an operator recovers a hanging transaction): the partition's last stable offset moves."""
+    from confluent_kafka import Producer as TxnProducer
+    t, tid = topic_name, "tool-" + topic_name
+
+    def steps(side: Side) -> dict:
+        side.create({t: 1})
+        p = TxnProducer({"bootstrap.servers": side.bootstrap, "transactional.id": tid, "linger.ms": 0})
+        p.init_transactions(60)
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(t, value=b"open-%d" % i, partition=0)
+        p.flush(30)
+        r = {"list": side.run(TXNS, "list"),
+             "describe": side.run(TXNS, "describe", "--transactional-id", tid),
+             "producers": side.run(TXNS, "describe-producers", "--topic", t, "--partition", "0"),
+             "hanging": side.run(TXNS, "find-hanging", "--topic", t),
+             "unknown": side.run(TXNS, "describe", "--transactional-id", tid + "-nobody"),
+             "abort": side.run(TXNS, "abort", "--topic", t, "--partition", "0", "--start-offset", "0")}
+        c = Consumer({"bootstrap.servers": side.bootstrap, "group.id": "x", "isolation.level": "read_committed"})
+        try:
+            eventually(lambda: c.get_watermark_offsets(TopicPartition(t, 0), timeout=10)[1] == 4,
+                       f"{side.name}: the last stable offset past the ABORT marker")
+        finally:
+            c.close()
+        r["after"] = side.run(TXNS, "describe-producers", "--topic", t, "--partition", "0")
+        return r
+
+    k, s = both(*sides, steps)
+    assert [row[:1] + row[-1:] for row in table(k["list"], "TransactionalId")[1:] if row[0] == tid] == \
+        [[tid, "Ongoing"]]
+    assert table(k["describe"], "CoordinatorId")[1][4:6] == ["Ongoing", "60000"]
+    assert table(k["producers"], "ProducerId")[1][-1] == "0"            # CurrentTransactionStartOffset
+    assert table(k["after"], "ProducerId")[1][-1] == "None"
+    for r in (k, s):     # the list holds other tests' transactional ids too: compare this one's row
+        r["list"] = type(r["list"])(r["list"].rc, "".join(line + "\n" for line in r["list"].lines()
+                                                          if tid in line.split()), r["list"].err)
+    same(k, s, fix=lambda text: _pids(re.sub(r"\b\d+\s+(?=" + re.escape(tid) + ")", "", text)))
+
+
+def test_strata_transactions_prints_what_kafka_transactions_prints(strata, topic_name):
+    """`strata transactions` against Strata prints kafka-transactions.sh's tables (the same rows, the same padding
+    and tabs), and its `abort` ends a hanging transaction as Kafka's does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from confluent_kafka import Producer as TxnProducer
+    side = Side("strata", strata)
+    t, tid = topic_name, "ours-" + topic_name
+    side.create({t: 1})
+    p = TxnProducer({"bootstrap.servers": side.bootstrap, "transactional.id": tid, "linger.ms": 0})
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(t, value=b"open", partition=0)
+    p.flush(30)
+
+    def ours(*args: str) -> Run:
+        r = subprocess.run([str(Path(sys.executable).parent / "strata"), "transactions", "--bootstrap-server",
+                            side.bootstrap, *args], capture_output=True, text=True, timeout=60)
+        return Run(r.returncode, normalize(r.stdout), normalize(r.stderr))
+
+    def mine(run: Run, col: int = 0) -> str:      # rows of this test's id (other tests leave theirs), durations out
+        lines = run.lines()
+        keep = [lines[0]] + [line for line in lines[1:] if tid in line.split("\t")[col]] if col >= 0 else lines
+        rows = [line.split("\t") for line in keep]
+        for r in rows[1:]:
+            if len(rows[0]) == 9:                 # describe: TransactionDurationMs grows as time passes
+                r[7] = "<d>"
+        return "\n".join("\t".join(r) for r in rows)
+
+    commands = [("list",), ("describe", "--transactional-id", tid), ("describe-producers", "--topic", t,
+                                                                      "--partition", "0"),
+                ("find-hanging", "--topic", t, "--max-transaction-timeout", "0")]
+    for args in commands:
+        k, s = side.run(TXNS, *args), ours(*args)
+        col = {"list": 0, "describe": 1}.get(args[0], -1)
+        assert (s.rc, mine(s, col)) == (k.rc, mine(k, col)), f"{args}:\n{k.out}{k.err}\n--- ours\n{s.out}{s.err}"
+    assert ours("abort", "--topic", t, "--partition", "0", "--start-offset", "0").rc == 0
+    after = ours("describe-producers", "--topic", t, "--partition", "0")
+    assert after.lines()[1].split("\t")[-1].strip() == "None"
+    bad = ours("abort", "--topic", t, "--partition", "0", "--start-offset", "0")
+    assert bad.rc == 1 and "Could not find any open transactions starting at offset 0" in bad.err
