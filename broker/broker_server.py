@@ -125,7 +125,8 @@ class Broker:
         self.groups = GroupCoordinator(config, replicas=self.replicas)
         from broker.transactions.coordinator import TransactionCoordinator
         self.transactions = TransactionCoordinator(config, self.replicas, self.producer_ids, self.groups,
-                                                   send_markers=self._send_markers if self.cluster_mode else None)
+                                                   send_markers=self._send_markers if self.cluster_mode else None,
+                                                   registry=self.metrics_registry)
         self.transactions.markers.local_id = self.node_id
         self.transactions.markers.groups = self.groups
         self._txn_topic_task: asyncio.Task | None = None

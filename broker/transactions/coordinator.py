@@ -22,6 +22,7 @@ from broker.groups.metadata_store import OFFSETS_TOPIC, partition_for
 from broker.transactions import state as S
 from broker.transactions.config import TXN_DEFAULTS
 from broker.transactions.markers import TransactionMarkerSender
+from broker.transactions.metrics import TransactionMetrics
 from protocol.errors import ErrorCode
 from protocol.record_batch import split_and_validate
 from protocol.records import build_records_batch
@@ -50,7 +51,7 @@ def _int(config, key: str) -> int:
 
 
 class TransactionCoordinator:
-    def __init__(self, config, replicas, producer_ids, groups, send_markers=None, clock=None):
+    def __init__(self, config, replicas, producer_ids, groups, send_markers=None, clock=None, registry=None):
         """`producer_ids`: the broker's ProducerIdManager; `groups`: the GroupCoordinator (transactional offsets);
         `send_markers(broker_id, request)`: WriteTxnMarkers to another broker (None on one broker)."""
         self.config = config
@@ -74,7 +75,7 @@ class TransactionCoordinator:
         self.markers = TransactionMarkerSender(self, send_markers)
         self._active = False
         self._abort_task: asyncio.Task | None = None
-        self.aborted_timed_out = 0                # metrics: transactions the coordinator aborted on timeout
+        self.metrics = TransactionMetrics(registry, self.open_by_state)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
     def topic_configs(self, replication_factor: int) -> dict[str, str]:
@@ -384,7 +385,7 @@ class TransactionCoordinator:
                 continue
             err = await self._write(meta, meta.prepare_complete(self.now_ms()))
             if not err:
-                log.debug("%s: %s", tid, meta.state_name)
+                self.metrics.completed.labels("commit" if meta.state == S.COMPLETE_COMMIT else "abort").inc()
                 return
             if err == ErrorCode.not_coordinator:
                 return
@@ -417,7 +418,7 @@ class TransactionCoordinator:
             fence = meta.prepare_fence_producer_epoch()
             if not await self._end(meta, fence.producer_epoch, commit=False, from_client=False, fence=fence):
                 n += 1
-                self.aborted_timed_out += 1
+                self.metrics.timed_out.inc()
         return n
 
     # ---- admin -------------------------------------------------------------------------------------------------
@@ -456,5 +457,14 @@ class TransactionCoordinator:
             out.append((tid, m.producer_id, m.state_name))
         return (ErrorCode.coordinator_load_in_progress if self.loading else 0), unknown, out
 
-    def active_count(self) -> int:
-        return sum(1 for m in self.txns.values() if m.state in (S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT))
+    def open_by_state(self) -> dict[str, int]:
+        """For the metrics (read from the scrape's thread: a copy, retried if the dict changes meanwhile)."""
+        for _ in range(3):
+            try:
+                out: dict[str, int] = {}
+                for m in list(self.txns.values()):
+                    out[m.state_name] = out.get(m.state_name, 0) + 1
+                return out
+            except RuntimeError:
+                continue
+        return {}

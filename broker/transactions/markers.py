@@ -79,7 +79,6 @@ class TransactionMarkerSender:
         self.local_id = -1
         self.groups = None
         self.tasks: dict[str, asyncio.Task] = {}
-        self.latencies_ms: list[float] = []        # metrics: prepare -> all markers written, per transaction
         self.timeout_s = 30.0
 
     def send(self, tid: str, coordinator_epoch: int, meta) -> None:
@@ -136,8 +135,7 @@ class TransactionMarkerSender:
                     return
                 if pending:
                     await asyncio.sleep(RETRY_BACKOFF)
-            self.latencies_ms.append((time.monotonic() - t0) * 1000)
-            del self.latencies_ms[:-1000]
+            self.coordinator.metrics.marker_latency.observe(time.monotonic() - t0)
             await self.coordinator.complete_after_markers(tid, coordinator_epoch)
         except asyncio.CancelledError:
             raise

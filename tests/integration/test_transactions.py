@@ -184,7 +184,9 @@ def test_new_instance_fences_the_zombie(broker):
 
 
 def test_coordinator_aborts_a_timed_out_transaction(make_broker):
-    b = make_broker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"})
+    from conftest import free_port
+    port = free_port()
+    b = make_broker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "300", "metrics.port": str(port)})
     topic = "txn-" + uuid.uuid4().hex[:8]
     create_topic(b.bootstrap, topic)
     p = txn_producer(b.bootstrap, "slow", **{"transaction.timeout.ms": 1500})
@@ -200,6 +202,26 @@ def test_coordinator_aborts_a_timed_out_transaction(make_broker):
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
     assert "timed out" in b.log_text()
+    ok = txn_producer(b.bootstrap, "quick")
+    ok.begin_transaction()
+    ok.produce(topic, value=b"quick", partition=0)
+    ok.commit_transaction(30)
+    ok.begin_transaction()
+    ok.produce(topic, value=b"dropped", partition=0)
+    ok.flush(10)                      # sent, so the partition is in the transaction and the abort needs markers
+    ok.abort_transaction(30)
+
+    def scraped() -> dict:
+        import urllib.request
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith("strata_transaction")}
+    m = wait_until(lambda: (lambda m: m if m.get('strata_transactions_completed_total{result="abort"}') == 2
+                            else None)(scraped()), what="transaction metrics")
+    assert m['strata_transactions_completed_total{result="commit"}'] == 1
+    assert m["strata_transactions_timed_out_aborted_total"] == 1
+    assert m["strata_transaction_marker_latency_seconds_count"] == 3
+    assert m['strata_transactions_open{state="Ongoing"}'] == 0
 
 
 def test_kafka_python_transactional_producer(broker):
