@@ -19,6 +19,8 @@ class TransactionMetrics:
             self.open.labels(state).set_function(lambda s=state: open_by_state().get(s, 0))
         self.completed = Counter("strata_transactions_completed", "Transactions this broker's coordinator ended "
                                  "(CompleteCommit or CompleteAbort written), by result", ["result"], registry=registry)
+        for result in ("commit", "abort"):
+            self.completed.labels(result)          # series from the start, at 0
         self.timed_out = Counter("strata_transactions_timed_out_aborted", "Transactions the coordinator aborted "
                                  "because they were open longer than their transaction.timeout.ms",
                                  registry=registry)
