@@ -16,6 +16,7 @@ import random
 import signal
 import sys
 import time
+import uuid
 
 from tools.admin_client import AdminClient, AdminError, error_name
 
@@ -94,6 +95,11 @@ def _add_produce(p) -> None:
                    help="delimiter of --payload-file (default: new line)")
     p.add_argument("--throughput", required=True, type=float, metavar="THROUGHPUT",
                    help="throttle to about THROUGHPUT records/sec; -1 for no throttling")
+    p.add_argument("--transactional-id", metavar="TRANSACTIONAL-ID", help="produce in transactions of this "
+                   "transactional id (over a transactional.id in the client properties)")
+    p.add_argument("--transaction-duration-ms", type=_positive(int), metavar="DURATION",
+                   help="commit each transaction after this long (default 3000 with a transactional id; given "
+                        "alone, the id is performance-producer-<uuid>)")
     p.add_argument("--warmup-records", type=int, default=0, metavar="WARMUP-RECORDS",
                    help="records left out of the steady-state summary printed after the total one")
 
@@ -357,8 +363,11 @@ async def _produce(args, out) -> None:
     if "bootstrap.servers" not in props:
         raise AdminError("Either --bootstrap-server, --command-property bootstrap.servers=... or --command-config "
                          "must be specified")
-    if "transactional.id" in props:
-        raise AdminError("transactional.id: Strata has no transactions; produce without it")
+    tid = args.transactional_id or props.get("transactional.id") or \
+        (f"performance-producer-{uuid.uuid4()}" if args.transaction_duration_ms else None)
+    txn_ms = (args.transaction_duration_ms or 3000) if tid else None
+    if tid:
+        props["transactional.id"] = tid
     props.setdefault("client.id", "perf-producer-client")
     payload = _payloads(args, out)
     from confluent_kafka import KafkaError, KafkaException, Producer
@@ -368,6 +377,14 @@ async def _produce(args, out) -> None:
         raise AdminError(f"bad producer configuration: {_reason(e)}") from None
     await _check_topic(props["bootstrap.servers"], args.topic,
                        props.get("allow.auto.create.topics", "true").lower() == "true")
+    txn_start = None
+    if txn_ms:                            # Kafka's ProducerPerformance: a transaction per --transaction-duration-ms
+        try:
+            producer.init_transactions(30)
+            producer.begin_transaction()
+        except KafkaException as e:
+            raise AdminError(f"transactions: {_reason(e)}") from None
+        txn_start = time.monotonic()
     errors: dict[str, int] = {}
     if args.warmup_records:
         print(f"Warmup first {args.warmup_records} records. Steady state results will print after the complete "
@@ -416,8 +433,14 @@ async def _produce(args, out) -> None:
                 except KafkaException as e:
                     raise AdminError(_reason(e)) from None
             poll(0)
+            if txn_start is not None and (send_start - txn_start) * 1000 >= txn_ms:
+                _commit(producer)
+                producer.begin_transaction()
+                txn_start = time.monotonic()
             if throttler.should_throttle(i, send_start):
                 throttler.throttle(stop)
+        if txn_start is not None and not stop:
+            _commit(producer)
         deadline = None
         while len(producer):
             if stop and deadline is None:         # Ctrl-C: drop what is not sent yet, wait a little for the rest
@@ -434,6 +457,14 @@ async def _produce(args, out) -> None:
     if errors:
         raise AdminError(f"{sum(errors.values())} of {args.num_records} records not delivered: " +
                          "; ".join(f"{n} x {e}" for e, n in errors.items()))
+
+
+def _commit(producer) -> None:
+    from confluent_kafka import KafkaException
+    try:
+        producer.commit_transaction(60)
+    except KafkaException as e:
+        raise AdminError(f"commit_transaction: {_reason(e)}") from None
 
 
 # ---- consume -----------------------------------------------------------------------------------------------------

@@ -238,3 +238,26 @@ def test_other_commands_do_not_load_the_client():
     r = subprocess.run([sys.executable, "-c", "import sys, tools.cli; tools.cli.parser(); "
                         "assert 'confluent_kafka' not in sys.modules, 'imported'"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_transactional_produce_commits_every_duration(perf_cluster, topic_name):
+    """--transactional-id / --transaction-duration-ms (kafka-producer-perf-test.sh's): every record is committed
+    (a read_committed consumer gets them all) and there are commit markers in the log, about one per duration."""
+    create(perf_cluster, topic_name, partitions=1)
+    r = strata("perf", "produce", "--bootstrap-server", perf_cluster.bootstrap, "--topic", topic_name,
+               "--num-records", "2000", "--record-size", "100", "--throughput", "1000",
+               "--transactional-id", "perf-" + topic_name, "--transaction-duration-ms", "500")
+    assert r.returncode == 0, r.stderr
+    assert SUMMARY.match(r.stdout.splitlines()[-1]).group(1) == "2000"
+    c = Consumer({"bootstrap.servers": perf_cluster.bootstrap, "group.id": "perf-check", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic_name, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 2000 and time.monotonic() < deadline:
+        got += [m for m in c.consume(500, 1) if m.error() is None]
+    low, high = c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)
+    c.close()
+    assert len(got) == 2000
+    markers = high - 2000            # the offsets that are not records are the COMMIT markers
+    assert 2 <= markers <= 8, markers
