@@ -29,8 +29,12 @@ class _AbortedInProgress:
 
 
 class CleanedTransactions:
-    def __init__(self, aborted: list[AbortedTxn]):
-        self._aborted = [(a.first_offset, i, a) for i, a in enumerate(aborted)]
+    def __init__(self, aborted: list[AbortedTxn], start: int = 0, end: int = 2**63 - 1):
+        """`aborted`: the aborted transactions of the log; only those overlapping [start, end), the offsets this walk
+        covers, count (Kafka collects them per range): one whose marker lies before `start` is over, and would
+        otherwise stay "ongoing" and take the producer's later, committed batches with it."""
+        self._aborted = [(a.first_offset, i, a) for i, a in enumerate(aborted)
+                         if a.last_offset >= start and a.first_offset < end]
         heapq.heapify(self._aborted)
         self._ongoing_aborted: dict[int, _AbortedInProgress] = {}
         self._ongoing_committed: set[int] = set()

@@ -387,8 +387,10 @@ class Cleaner:
         """Map the dirty section [first dirty, first uncleanable) until done or the map is full; sets end_offset."""
         m = self.offset_map
         m.clear()
-        task.txns = CleanedTransactions(task.aborted)     # aborted records never enter the map
         start, end = task.first_dirty_offset, task.first_uncleanable_offset
+        mapped = [s for s in task.sources if s.next_base > start and s.base_offset < end]
+        task.txns = CleanedTransactions(task.aborted, mapped[0].base_offset if mapped else start, end)   # aborted
+        # records never enter the map
         for src in task.sources:
             if src.next_base <= start or src.base_offset >= end:
                 continue
@@ -478,7 +480,7 @@ class Cleaner:
         swap)."""
         self._check(task)
         out = _CleanedSegment(task.dir, group[0].base_offset, task.index_interval_bytes)
-        task.txns = CleanedTransactions(task.aborted)
+        task.txns = CleanedTransactions(task.aborted, group[0].base_offset, group[-1].next_base)
         try:
             mtime = None
             for src in group:

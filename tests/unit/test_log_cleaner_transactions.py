@@ -145,3 +145,26 @@ def test_cleaned_segment_keeps_its_transaction_index_across_a_restart(tmp_path):
     assert again.segments()[0].txn_index.entries == entries
     assert {read_header(raw).producer_id for h, raw in batches(again) if h.attributes & CONTROL_BIT} <= {2, 5}
     again.close()
+
+
+def test_a_committed_transaction_after_an_aborted_one_of_the_same_producer_survives():
+    """Found by the stateful test (these are its steps): the aborted transaction, its marker in an earlier group of
+    segments, was still counted as ongoing when the cleaner walked a later group, which took the producer's next,
+    committed transaction with it. Aborted transactions now count only within the range a walk covers, as Kafka
+    collects them per range."""
+    from tests.unit.test_log_transactions_state_machine import TxnLogMachine
+    m = TxnLogMachine()
+    try:
+        m.transactional_batch(key=b"a", n=1, pid=1)
+        for _ in range(4):
+            m.fence(pid=1)                                     # aborts: the first one ends the transaction
+        m.roll_and_clean()
+        m.plain_batch(key=b"a")
+        m.transactional_batch(key=b"a", n=1, pid=1)
+        m.marker(commit=True, pid=1, stale=False)
+        m.crash_and_reopen()
+        m.roll_and_clean()
+        assert visible(m.log) == {b"a": b"1-4-0"}
+        m.read_committed_sees_the_committed_data()
+    finally:
+        m.teardown()

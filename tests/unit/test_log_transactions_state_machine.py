@@ -89,7 +89,7 @@ class TxnLogMachine(RuleBasedStateMachine):
             return
         offset = self.log.log_end_offset
         assert self.log.append_marker(pid, self.epoch[pid], 0, commit, 0).error_code == 0
-        self.events.append(("marker", offset, pid, commit))
+        self.events.append(("marker", offset, pid, commit, self.epoch[pid]))
 
     @rule(pid=st.sampled_from(PIDS))
     def fence(self, pid):
@@ -118,6 +118,7 @@ class TxnLogMachine(RuleBasedStateMachine):
         self.log.truncate_to(at)
         self.events = [e for e in self.events if e[1] < at]
         for pid in PIDS:      # the producer goes on after what the log kept of its current epoch (a client retries)
+            self.epoch[pid] = max((e[4] for e in self.events if e[0] == "marker" and e[2] == pid), default=0)
             seqs = [e[6] + 1 for e in self.events if e[0] == "data" and e[2] == pid and e[7] == self.epoch[pid]]
             self.seq[pid] = max(seqs, default=0)
 
@@ -154,7 +155,7 @@ class TxnLogMachine(RuleBasedStateMachine):
                     open_.setdefault(pid, off)
                     members.setdefault(pid, []).append(off)
             else:
-                _, off, pid, commit = e
+                _, off, pid, commit, _epoch = e
                 first = open_.pop(pid, None)
                 if first is not None:
                     completed.append((pid, first, off, commit))
@@ -229,5 +230,6 @@ test_partition_transaction_state = TxnLogMachine.TestCase
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_partition_transaction_state_long():
-    run_state_machine_as_test(TxnLogMachine, settings=_settings(600, 80))
+    run_state_machine_as_test(TxnLogMachine, settings=_settings(300, 60))
