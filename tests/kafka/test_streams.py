@@ -77,11 +77,11 @@ class TextProducer:
 class OutputCounts:
     """Reads the output topic from the start (all its partitions assigned) into each word's latest count."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int):
+    def __init__(self, bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted"):
         self.latest: dict[str, int] = {}
         self.regressed: list = []                       # a word's count going down: never, even at-least-once
         self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader",
-                            "enable.auto.commit": False})
+                            "enable.auto.commit": False, "isolation.level": isolation})
         self._c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -140,8 +140,11 @@ def _catch(failed: list, fn, *args) -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
 @pytest.mark.parametrize("system", ["strata", pytest.param("kafka", marks=pytest.mark.slow)])
-def test_word_count_exact_after_broker_kill9(kafka_jars, system, tmp_path, topic_name):
+def test_word_count_exact_after_broker_kill9(kafka_jars, system, guarantee, tmp_path, topic_name):
+    """With exactly_once_v2 the app reads, writes and commits in transactions (its producer's transactional id per
+    thread, offsets committed with sendOffsetsToTransaction) and the output is read with read_committed."""
     source, output, app_id = f"{topic_name}-text", f"{topic_name}-counts", f"{topic_name}-app"
     changelog, repartition = f"{app_id}-counts-changelog", f"{app_id}-words-repartition"
     parts = [text(seed, LINES_PER_PART) for seed in (1, 2, 3)]
@@ -153,8 +156,9 @@ def test_word_count_exact_after_broker_kill9(kafka_jars, system, tmp_path, topic
         producer = TextProducer(cluster.bootstrap, source)
         producer.send(parts[0])
         app = Lines(tmp_path / "wordcount.stderr", "WordCount.java", cluster.bootstrap, app_id, source, output,
-                    str(tmp_path / "state"))
-        counts = OutputCounts(cluster.bootstrap, output, 3)
+                    str(tmp_path / "state"), guarantee)
+        counts = OutputCounts(cluster.bootstrap, output, 3,
+                              "read_committed" if guarantee == "exactly_once_v2" else "read_uncommitted")
         try:
             # Up: internal topics created (three replicas, as the app asked), the first part counted.
             counts.wait_for(expected[0], expected[2], app)

@@ -23,10 +23,11 @@ import org.apache.kafka.streams.kstream.Produced;
 public class WordCount {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], appId = args[1], input = args[2], output = args[3], stateDir = args[4];
+        String guarantee = args.length > 5 ? args[5] : StreamsConfig.AT_LEAST_ONCE;
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
         p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 3);
         p.put(StreamsConfig.topicPrefix("min.insync.replicas"), "2");
