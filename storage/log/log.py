@@ -179,11 +179,12 @@ class Log:
         if epoch >= 0 and (last is None or epoch > last.epoch or (epoch == last.epoch and h.base_offset < last.start_offset)):
             self.leader_epoch_cache.assign(epoch, h.base_offset)
 
-    def _load_producer_state(self, now: int, names: list[str] | None = None) -> None:
-        """Latest snapshot at or below the log end, then replay the batch headers after it (a marker's record too:
-        it completes its transaction, and an abort is put back in the segment's transaction index if missing)."""
+    def _load_producer_state(self, now: int, names: list[str] | None = None, replay_from: int | None = None) -> None:
+        """Latest snapshot at or below the log end (and `replay_from`), then replay the batch headers after it (a
+        marker's record too: it completes its transaction, and an abort is put back in the segment's transaction
+        index if missing)."""
         self.active_segment.txn_index.truncate_to(self.log_end_offset)    # entries of a tail recovery cut off
-        snap = self.producer_state.load_latest(self.log_end_offset, now, names)
+        snap = self.producer_state.load_latest(self.log_end_offset, now, names, replay_from)
         start = self._segments[0].base_offset if snap is None else snap
         if start >= self.log_end_offset:
             return
@@ -507,7 +508,9 @@ class Log:
         target.txn_index.truncate_to(offset)
         self.producer_state.delete_snapshots_after(self.log_end_offset)
         self.producer_state.clear()
-        self._load_producer_state(now)
+        # from a snapshot at or below the high watermark: transactions completed above it are replayed, so they
+        # stay unstable until the high watermark passes their markers again (a snapshot does not keep them)
+        self._load_producer_state(now, replay_from=self.high_watermark)
         fsync_dir(self.dir)
         return True
 

@@ -380,11 +380,14 @@ class ProducerStateManager:
                         if e.current_txn_first_offset >= 0}
         self.unreplicated = []
 
-    def load_latest(self, max_offset: int, now_ms: int, names: list[str] | None = None) -> int | None:
-        """Load the newest valid snapshot at or below `max_offset` (deleting newer or corrupt ones);
-        returns its offset, or None (state cleared) if there is none. `names`: the directory's listing, when the
-        caller has it (a snapshot gone since reads as corrupt and is skipped)."""
-        for off in reversed(self.delete_snapshots_after(max_offset, names)):
+    def load_latest(self, max_offset: int, now_ms: int, names: list[str] | None = None,
+                    at_most: int | None = None) -> int | None:
+        """Load the newest valid snapshot at or below `max_offset` (deleting newer or corrupt ones), and at or below
+        `at_most` when given (newer ones kept); returns its offset, or None (state cleared) if there is none.
+        `names`: the directory's listing, when the caller has it (a snapshot gone since reads as corrupt and is
+        skipped)."""
+        kept = self.delete_snapshots_after(max_offset, names)
+        for off in reversed([o for o in kept if at_most is None or o <= at_most]):
             try:
                 self.load_snapshot(off, now_ms)
                 return off

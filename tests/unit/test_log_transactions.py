@@ -187,3 +187,19 @@ def test_index_file_survives_a_torn_entry(tmp_path):
     assert path.stat().st_size == 2 * ENTRY_SIZE
     again.truncate_to(9)
     assert TransactionIndex(path).entries == [AbortedTxn(1, 0, 5, 6)]
+
+
+def test_truncation_keeps_a_completed_but_unreplicated_transaction_unstable(log):
+    """Found by the stateful test: a follower truncating its tail reloaded producer state from a snapshot taken after
+    a marker the high watermark had not passed; a snapshot does not keep such a transaction, so it counted as stable
+    and the last stable offset jumped over it. The reload now starts at or below the high watermark."""
+    append(log, txn_batch(1, 0, 0), hw=False)                  # 0-1
+    log.update_high_watermark(1)
+    marker(log, 1, 0, commit=False, hw=False)                  # 2: above the high watermark
+    log.roll()                                                 # snapshot at 3
+    append(log, bytearray(build_batch([(b"a", b"1")])), hw=False)   # 3
+    assert log.last_stable_offset == 0
+    log.truncate_to(3)
+    assert log.last_stable_offset == 0                         # still unstable: the HW is below its marker
+    log.update_high_watermark(3)
+    assert log.last_stable_offset == 3
