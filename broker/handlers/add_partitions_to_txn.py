@@ -16,7 +16,7 @@ def _unknown(broker, topic: str, p: int) -> bool:
     return info is None or not 0 <= p < info.partitions
 
 
-async def _one(broker, tid, pid, epoch, topics, verify_only: bool) -> dict:
+async def _one(broker, tid, pid, epoch, topics, verify_only: bool, version: int = 4) -> dict:
     wanted = {(t.name, p) for t in topics for p in t.partitions}
     unknown = {tp for tp in wanted if _unknown(broker, *tp)}
     if unknown:
@@ -27,6 +27,8 @@ async def _one(broker, tid, pid, epoch, topics, verify_only: bool) -> dict:
         errors = broker.transactions.verify_partitions(tid, pid, epoch, wanted)
     else:
         err = await broker.transactions.add_partitions(tid, pid, epoch, wanted)
+        if err == ErrorCode.producer_fenced and version < 2:   # KIP-588: older clients know INVALID_PRODUCER_EPOCH
+            err = ErrorCode.invalid_producer_epoch
         errors = {tp: err for tp in wanted}
     by_topic: dict[str, list] = {}
     for (topic, p), err in sorted(errors.items()):
@@ -44,6 +46,6 @@ async def handle(broker, req):
         return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": 0,
                                                       "results_by_transaction": results})
     one = await _one(broker, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                     body.v3_and_below_producer_epoch, body.v3_and_below_topics, False)
+                     body.v3_and_below_producer_epoch, body.v3_and_below_topics, False, v)
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0,
                                                   "results_by_topic_v3_and_below": one["topic_results"]})

@@ -24,6 +24,8 @@ async def handle(broker, req):
         expected = (pid, epoch) if pid >= 0 else None
         timeout_ms = round(body.transaction_timeout.total_seconds() * 1000)
         err, pid, epoch = await broker.transactions.init_producer_id(body.transactional_id, timeout_ms, expected)
+        if err == ErrorCode.producer_fenced and v < 4:      # KIP-588: older clients know INVALID_PRODUCER_EPOCH
+            err = ErrorCode.invalid_producer_epoch
         resp.update(error_code=err, producer_id=pid, producer_epoch=epoch)
     else:
         pid = await broker.producer_ids.next_producer_id()

@@ -35,7 +35,7 @@ async def handle(broker, req):
             err, guard = await _verify(broker, body)
             if err:
                 offsets = {}
-                errors.update({tp: client_error(err, v >= 4) for tp in order if tp not in errors})
+                errors.update({tp: client_error(err, v >= 4, produce=False) for tp in order if tp not in errors})
             verification = {"verification_guard": guard}
     if offsets:
         result = broker.groups.txn_commit_offsets(

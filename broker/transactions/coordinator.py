@@ -269,12 +269,15 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions, -1, -1
         now = self.now_ms()
         if S.epoch_exhausted(meta.producer_epoch) and (expected is None or expected[1] == meta.producer_epoch):
+            before = (meta.producer_id, meta.producer_epoch, meta.state)
             pid = await self.producer_ids.next_producer_id()
             if pid < 0:
                 return ErrorCode.coordinator_not_available, -1, -1
-            if meta.pending or self.txns.get(tid) is not meta:
-                return ErrorCode.concurrent_transactions, -1, -1
-            transit = meta.prepare_producer_id_rotation(pid, timeout_ms, now, expected is not None)
+            if meta.pending or self.txns.get(tid) is not meta or \
+                    (meta.producer_id, meta.producer_epoch, meta.state) != before:
+                return ErrorCode.concurrent_transactions, -1, -1     # changed while we waited: the client retries
+            transit = meta.prepare_producer_id_rotation(pid, timeout_ms, self.now_ms(),
+                                                        expected is not None)
         else:
             transit = meta.prepare_increment_producer_epoch(timeout_ms, expected[1] if expected else None, now)
             if isinstance(transit, int):
@@ -406,12 +409,16 @@ class TransactionCoordinator:
         """Abort every open transaction older than its timeout, fencing its producer (Kafka's
         abortTimedOutTransactions): the producer's next request gets PRODUCER_FENCED / INVALID_PRODUCER_EPOCH."""
         now = self.now_ms()
-        due = [m for m in self.txns.values()
+        due = [(m, m.producer_id, m.producer_epoch, m.txn_start_ms) for m in self.txns.values()
                if m.state == S.ONGOING and not m.pending and self.coordinator_error(m.transactional_id) == 0
                and m.txn_start_ms + m.txn_timeout_ms < now]
         n = 0
-        for meta in due:
-            if meta.state != S.ONGOING or meta.pending or S.epoch_exhausted(meta.producer_epoch):
+        for meta, pid, epoch, start in due:
+            # each abort awaits its write: what was due may have changed meanwhile (ended, a new transaction begun,
+            # fenced); only the same transaction, still open and still timed out, is aborted now
+            if meta.state != S.ONGOING or meta.pending or self.txns.get(meta.transactional_id) is not meta or \
+                    (meta.producer_id, meta.producer_epoch, meta.txn_start_ms) != (pid, epoch, start) or \
+                    meta.txn_start_ms + meta.txn_timeout_ms >= self.now_ms() or meta.producer_epoch >= S.MAX_EPOCH:
                 continue
             log.info("aborting transaction of %s (producer id %d epoch %d): it timed out after %d ms",
                      meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.txn_timeout_ms)

@@ -23,13 +23,17 @@ _RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exc
                         ErrorCode.not_coordinator, ErrorCode.request_timed_out})
 
 
-def client_error(code: int, generic: bool) -> int:
+def client_error(code: int, generic: bool, produce: bool = True) -> int:
     """A coordinator's verification answer as the producer sees it. `generic`: the client knows
-    TRANSACTION_ABORTABLE (Produce v11+, TxnOffsetCommit v4+); older ones get INVALID_TXN_STATE."""
+    TRANSACTION_ABORTABLE (Produce v11+, TxnOffsetCommit v4+); older ones get INVALID_TXN_STATE. Retriable
+    coordinator errors are NOT_ENOUGH_REPLICAS for a Produce (ReplicaManager); a TxnOffsetCommit gets them as they are,
+    a network error as COORDINATOR_LOAD_IN_PROGRESS (GroupMetadataManager.maybeConvertOffsetCommitError)."""
     if code == ErrorCode.producer_fenced:
         return ErrorCode.invalid_producer_epoch
     if code == ErrorCode.transaction_abortable and not generic:
         return ErrorCode.invalid_txn_state
+    if not produce:
+        return ErrorCode.coordinator_load_in_progress if code == ErrorCode.network_exception else code
     if code in _RETRIABLE:
         return ErrorCode.not_enough_replicas
     return code

@@ -239,7 +239,8 @@ class CleaningTask:
     index_interval_bytes: int
     active_producers: dict[int, int]  # producer id -> last offset of its last batch (Kafka: lastRecordsOfActiveProducers)
     aborted: list = field(default_factory=list)   # aborted transactions of the range (transaction indexes)
-    txns: CleanedTransactions | None = None        # of the group being cleaned
+    txns: CleanedTransactions | None = None        # of the walk in progress (the map's, then the groups')
+    clean_txns: CleanedTransactions | None = None  # the groups' walk
     stats: CleanerStats = field(default_factory=CleanerStats)
     end_offset: int = -1             # offsets below it are clean after this pass
     earliest_horizon: int | None = None  # of the tombstones this pass keeps (future horizons only)
@@ -480,7 +481,11 @@ class Cleaner:
         swap)."""
         self._check(task)
         out = _CleanedSegment(task.dir, group[0].base_offset, task.index_interval_bytes)
-        task.txns = CleanedTransactions(task.aborted, group[0].base_offset, group[-1].next_base)
+        if task.clean_txns is None:          # one walk over the groups of a pass, in order (Kafka's doClean): a
+            # marker in a later group than its transaction's batches still knows them
+            task.clean_txns = CleanedTransactions(task.aborted, group[0].base_offset)
+        task.txns = task.clean_txns
+        task.txns.index = []                 # the aborted transactions this cleaned segment keeps
         try:
             mtime = None
             for src in group:

@@ -21,7 +21,8 @@ from protocol.record_batch import HEADER_SIZE, read_header
 from storage.log.log import OffsetOutOfRangeError
 from storage.log.log_segment import record_timestamps
 from storage.log.transaction_index import AbortedTxn, parse_entries
-from storage.tiered.remote_log_metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageException
+from storage.tiered.remote_log_metadata import (RemoteLogSegmentMetadata, RemoteLogSegmentState,
+                                                RemoteResourceNotFoundException, RemoteStorageException)
 from storage.tiered.remote_storage_manager import IndexType
 
 S = RemoteLogSegmentState
@@ -250,8 +251,9 @@ class RemoteLogReader:
         async def load():
             try:
                 data = await self.rsm.fetch_index(md, IndexType.TRANSACTION)
-            except RemoteStorageException:
+            except RemoteResourceNotFoundException:
                 data = b""                       # the segment had no aborted transaction: no index was uploaded
+            # any other error fails the fetch (and is not cached): never "no aborted transactions" by accident
             return _TxnIndex(parse_entries(data))
         return self._indexes.get((md.tip, md.segment_id.id, "txn"), load)
 

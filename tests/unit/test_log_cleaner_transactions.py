@@ -168,3 +168,31 @@ def test_a_committed_transaction_after_an_aborted_one_of_the_same_producer_survi
         m.read_committed_sees_the_committed_data()
     finally:
         m.teardown()
+
+
+def test_a_marker_in_a_later_group_than_its_transaction_is_kept(tmp_path):
+    """Found in review against Kafka's doClean: each group of a pass started a new walk, so a COMMIT marker whose
+    batches were in the previous group (another cleaned segment) looked like one of an empty transaction and went
+    after delete.retention.ms, leaving its records without a marker: a replica rebuilding producer state from the log
+    then saw the transaction open for ever. One walk now spans the groups of a pass, as Kafka's."""
+    clock = Clock()
+    lg = make_log(tmp_path / "t-0", clock, segment_bytes=1000, delete_retention_ms=DAY)
+    txn(lg, 1, [(b"k%d" % i, b"x" * 100) for i in range(8)])   # 0-7: a segment so full that the marker's
+    assert lg.active_segment.size + 80 > 1000                  # segment cannot join its group
+    lg.roll()
+    marker(lg, 1, commit=True)                                 # 8, the next segment
+    lg.roll()
+    c = cleaner_for(lg)
+    for i in range(3):
+        clock.now = T0 + i * (DAY + 1)
+        dirty(lg, i)
+        c.clean_once()
+    assert [m for m, _ in markers(lg)] == [8]
+    assert len(lg.segments()) > 2
+    hw = lg.high_watermark
+    lg.close()
+    again = make_log(tmp_path / "t-0", clock, segment_bytes=1000, delete_retention_ms=DAY)
+    again.update_high_watermark(hw)
+    assert again.producer_state.ongoing == {}
+    assert again.last_stable_offset == hw
+    again.close()
