@@ -184,7 +184,7 @@ def test_new_instance_fences_the_zombie(broker):
 
 
 def test_coordinator_aborts_a_timed_out_transaction(make_broker):
-    from conftest import free_port
+    from tests.conftest import free_port
     port = free_port()
     b = make_broker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "300", "metrics.port": str(port)})
     topic = "txn-" + uuid.uuid4().hex[:8]

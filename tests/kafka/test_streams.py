@@ -140,7 +140,7 @@ def _catch(failed: list, fn, *args) -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+@pytest.mark.parametrize("guarantee", ["at_least_once", pytest.param("exactly_once_v2", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("system", ["strata", pytest.param("kafka", marks=pytest.mark.slow)])
 def test_word_count_exact_after_broker_kill9(kafka_jars, system, guarantee, tmp_path, topic_name):
     """With exactly_once_v2 the app reads, writes and commits in transactions (its producer's transactional id per
