@@ -15,13 +15,15 @@ from tests.integration.rawclient import RawClient
 
 
 _AFTER_FAILOVER = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                   KafkaError.OFFSET_NOT_AVAILABLE, KafkaError._TIMED_OUT}
+                   KafkaError.OFFSET_NOT_AVAILABLE, KafkaError._TIMED_OUT,
+                   KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT}
 
 
 def _earliest(bootstrap: str, topic: str) -> int:
     """The partition's log start offset from its leader, retrying what is retriable after a failover (a client
     that still names the old leader gets NOT_LEADER_OR_FOLLOWER; a new leader answers OFFSET_NOT_AVAILABLE until its
-    followers have fetched from it)."""
+    followers have fetched from it; librdkafka fails a query in flight to the dead broker with _DESTROY_BROKER or
+    _TRANSPORT once metadata drops it)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "earliest"})
     deadline = time.monotonic() + 30
     try:
