@@ -2,8 +2,8 @@
 (TxnOffsetCommit); the coordinator adds the group's `__consumer_offsets` partition to the transaction."""
 from __future__ import annotations
 
+from broker.transactions.verification import fenced_as_invalid_epoch
 from protocol import kio_codec
-from protocol.errors import ErrorCode
 
 API_KEY = 25
 VERSIONS = (0, 4)
@@ -15,6 +15,4 @@ async def handle(broker, req):
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     err = await broker.transactions.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch,
                                                 body.group_id)
-    if err == ErrorCode.producer_fenced and v < 2:       # KIP-588: older clients know INVALID_PRODUCER_EPOCH
-        err = ErrorCode.invalid_producer_epoch
-    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": err})
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": fenced_as_invalid_epoch(err, v < 2)})

@@ -1,13 +1,16 @@
 """AddPartitionsToTxn (key 24): a transactional producer names the partitions it is about to write (v0-3), or a
 partition leader asks whether a producer's partitions are in its transaction (v4+, KIP-890 part 1, `verify_only`;
-several transactions per request). One coordinator error answers every partition of a transaction."""
+several transactions per request), or adds them for a producer of transaction version 2 (v4+ without `verify_only`:
+KIP-890 part 2's implicit add, for a Produce v12 or a TxnOffsetCommit v5). One coordinator error answers every
+partition of a transaction."""
 from __future__ import annotations
 
+from broker.transactions.verification import fenced_as_invalid_epoch
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
 API_KEY = 24
-VERSIONS = (0, 4)
+VERSIONS = (0, 5)
 DECODABLE = (0, 5)
 
 
@@ -26,10 +29,9 @@ async def _one(broker, tid, pid, epoch, topics, verify_only: bool, version: int 
     elif verify_only:
         errors = broker.transactions.verify_partitions(tid, pid, epoch, wanted)
     else:
-        err = await broker.transactions.add_partitions(tid, pid, epoch, wanted)
-        if err == ErrorCode.producer_fenced and version < 2:   # KIP-588: older clients know INVALID_PRODUCER_EPOCH
-            err = ErrorCode.invalid_producer_epoch
-        errors = {tp: err for tp in wanted}
+        err = await broker.transactions.add_partitions(tid, pid, epoch, wanted,
+                                                       client_version=2 if version >= 4 else 0)
+        errors = {tp: fenced_as_invalid_epoch(err, version < 2) for tp in wanted}
     by_topic: dict[str, list] = {}
     for (topic, p), err in sorted(errors.items()):
         by_topic.setdefault(topic, []).append({"partition_index": p, "partition_error_code": err})
@@ -41,7 +43,7 @@ async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     if v >= 4:
-        results = [await _one(broker, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only)
+        results = [await _one(broker, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only, v)
                    for t in body.transactions]
         return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": 0,
                                                       "results_by_transaction": results})

@@ -13,13 +13,21 @@ VERSIONS = (0, 4)
 DECODABLE = (0, 4)
 
 
+FINALIZED_FEATURES_EPOCH = 1     # the levels are fixed by configuration, so they never change while clients run
+
+
 def handle(broker, req):
     keys = [{"api_key": k, "min_version": m.VERSIONS[0], "max_version": m.VERSIONS[1]}
             for k, m in sorted(broker.handlers.items())
             if not getattr(m, "CONTROLLER_ONLY", False) and getattr(m, "ADVERTISED", True)]
+    # the one feature clients act on: `transaction.version` (KIP-890 part 2; Kafka's TransactionVersion 0-2)
+    level = broker.transactions.transaction_version
     return kio_codec.encode_response(API_KEY, req.api_version, {
         "error_code": 0, "api_keys": keys, "throttle_time": 0,
-        "finalized_features_epoch": -1,
+        "supported_features": [{"name": "transaction.version", "min_version": 0, "max_version": 2}],
+        "finalized_features_epoch": FINALIZED_FEATURES_EPOCH,
+        "finalized_features": [{"name": "transaction.version", "max_version_level": level,
+                                "min_version_level": level}] if level else [],
     })
 
 

@@ -7,6 +7,7 @@ an epoch bump that fences the previous producer of the id, aborting its open tra
 """
 from __future__ import annotations
 
+from broker.transactions.verification import fenced_as_invalid_epoch
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -24,9 +25,7 @@ async def handle(broker, req):
         expected = (pid, epoch) if pid >= 0 else None
         timeout_ms = round(body.transaction_timeout.total_seconds() * 1000)
         err, pid, epoch = await broker.transactions.init_producer_id(body.transactional_id, timeout_ms, expected)
-        if err == ErrorCode.producer_fenced and v < 4:      # KIP-588: older clients know INVALID_PRODUCER_EPOCH
-            err = ErrorCode.invalid_producer_epoch
-        resp.update(error_code=err, producer_id=pid, producer_epoch=epoch)
+        resp.update(error_code=fenced_as_invalid_epoch(err, v < 4), producer_id=pid, producer_epoch=epoch)
     else:
         pid = await broker.producer_ids.next_producer_id()
         if pid < 0:          # no controller to allocate a block: retriable, as Kafka answers then

@@ -21,8 +21,8 @@ from protocol.errors import ErrorCode
 from replication.partition import wait_for_all
 
 API_KEY = 0
-VERSIONS = (0, 11)
-DECODABLE = (0, 11)
+VERSIONS = (0, 12)          # v12 is v11 from a producer of transaction version 2 (KIP-890 part 2)
+DECODABLE = (0, 12)
 
 
 log = logging.getLogger("strata.produce")
@@ -68,9 +68,15 @@ def parse(frame, pos: int, version: int, flexible: bool):
     return txn_id, acks, timeout, topics
 
 
+def _verifies(broker, version: int) -> bool:
+    """Whether transactional batches are checked with their coordinator: with KIP-890 part 1's verification on, and
+    always for transaction version 2 (v12+), whose partitions join their transaction only this way."""
+    return version >= 12 or broker.transactions.verification_enabled
+
+
 def handle(broker, req):
     parsed = parse(req.frame, req.body_offset, req.api_version, req.flexible)
-    if parsed[0] is not None and broker.transactions.verification_enabled:
+    if parsed[0] is not None and _verifies(broker, req.api_version):
         need = _needs_verification(broker, parsed[3])
         if need:
             return _verify_then_produce(broker, req, parsed, need)
@@ -89,7 +95,7 @@ def _needs_verification(broker, topics) -> dict:
             if part is None or not part.is_leader:
                 continue
             pid, epoch = _PID_EPOCH.unpack_from(records, 43)
-            guard = part.log.producer_state.start_verification(pid)
+            guard = part.log.producer_state.start_verification(pid, epoch)
             if guard is not None:
                 need[(name, index)] = (pid, epoch, guard)
     return need
@@ -98,7 +104,7 @@ def _needs_verification(broker, topics) -> dict:
 async def _verify_then_produce(broker, req, parsed, need: dict):
     from broker.transactions.verification import client_error, verify
     pid, epoch, _ = next(iter(need.values()))
-    answers = await verify(broker, parsed[0], pid, epoch, set(need))
+    answers = await verify(broker, parsed[0], pid, epoch, set(need), add=req.api_version >= 12)
     generic = req.api_version > 10         # Kafka's genericError: these clients know TRANSACTION_ABORTABLE
     verified = {}
     for tp, (_, _, guard) in need.items():
@@ -114,7 +120,7 @@ def _produce(broker, req, parsed, verified: dict | None = None):
     version, flexible = req.api_version, req.flexible
     txn_id, acks, timeout_ms, topics = parsed
     replicas = broker.replicas
-    verifying = txn_id is not None and broker.transactions.verification_enabled
+    verifying = txn_id is not None and _verifies(broker, req.api_version)
     out_topics = []
     delayed = []                 # acks=all appends whose last offset the high watermark has not passed yet
     # Kafka's KafkaApis.handleProduceRequest: transactional records need a transactional id (one the client may write

@@ -1,7 +1,8 @@
 """TxnOffsetCommit (key 28): a transactional producer commits a group's offsets inside its transaction. The group
 coordinator writes them to `__consumer_offsets` as a transactional batch of the producer; they take effect when the
 transaction's COMMIT marker reaches that partition, and vanish with an ABORT (Kafka's pending transactional
-offsets). Generation and member are checked like OffsetCommit's when the producer sends them (KIP-447)."""
+offsets). Generation and member are checked like OffsetCommit's when the producer sends them (KIP-447). From v5
+(transaction version 2) the group's partition joins the transaction here, without AddOffsetsToTxn."""
 from __future__ import annotations
 
 from broker.groups.metadata_store import OFFSETS_TOPIC
@@ -10,7 +11,7 @@ from protocol import kio_codec
 from protocol.errors import ErrorCode
 
 API_KEY = 28
-VERSIONS = (0, 4)
+VERSIONS = (0, 5)
 DECODABLE = (0, 5)
 
 
@@ -31,8 +32,8 @@ async def handle(broker, req):
                 offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
     if offsets:
         verification = {}
-        if broker.transactions.verification_enabled and broker.groups.store is not None:
-            err, guard = await _verify(broker, body)
+        if (v >= 5 or broker.transactions.verification_enabled) and broker.groups.store is not None:
+            err, guard = await _verify(broker, body, add=v >= 5)
             if err:
                 offsets = {}
                 errors.update({tp: client_error(err, v >= 4, produce=False) for tp in order if tp not in errors})
@@ -52,14 +53,15 @@ async def handle(broker, req):
         "throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]})
 
 
-async def _verify(broker, body) -> tuple[int, object]:
-    """KIP-890 part 1 for the group's __consumer_offsets partition, as for a Produce: (coordinator error, guard)."""
+async def _verify(broker, body, add: bool) -> tuple[int, object]:
+    """KIP-890 for the group's __consumer_offsets partition, as for a Produce: (coordinator error, guard)."""
     p = broker.groups.store.partition_for(body.group_id)
     part = broker.replicas.get(OFFSETS_TOPIC, p)
     if part is None or not part.is_leader:
         return 0, None                     # the group coordinator answers NOT_COORDINATOR
-    guard = part.log.producer_state.start_verification(body.producer_id)
+    guard = part.log.producer_state.start_verification(body.producer_id, body.producer_epoch)
     if guard is None:
         return 0, None                     # its transaction is open in that partition already
-    answer = await verify(broker, body.transactional_id, body.producer_id, body.producer_epoch, {(OFFSETS_TOPIC, p)})
+    answer = await verify(broker, body.transactional_id, body.producer_id, body.producer_epoch, {(OFFSETS_TOPIC, p)},
+                          add=add)
     return answer.get((OFFSETS_TOPIC, p), ErrorCode.invalid_txn_state), guard

@@ -8,8 +8,12 @@ commits and aborts are sent again, open transactions are aborted when they time 
 Every state change follows Kafka's order: prepare the next state (the id is pending meanwhile: others get
 CONCURRENT_TRANSACTIONS), append it to the log with acks=all, and only then apply it. EndTxn answers once
 PrepareCommit/PrepareAbort is in the log; the markers then go to every partition's leader (markers.py) and the
-transaction ends with CompleteCommit/CompleteAbort. Only transaction version 1 (markers at the producer's epoch)
-is offered: ApiVersions finalizes no `transaction.version`, so Kafka 4's clients use it too.
+transaction ends with CompleteCommit/CompleteAbort.
+
+Both transaction versions are served, chosen per request as Kafka does: version 1 (AddPartitionsToTxn from the
+client, markers at the producer's epoch) and version 2 (KIP-890 part 2: EndTxn v5 bumps the epoch with every
+transaction and answers the producer's next id and epoch; partitions join implicitly when their leader adds them for
+a Produce v12 or a TxnOffsetCommit v5). `transaction.version` is the level ApiVersions finalizes (2 by default).
 """
 from __future__ import annotations
 
@@ -67,6 +71,7 @@ class TransactionCoordinator:
         self.request_timeout_ms = _int(config, "request.timeout.ms")
         self.verification_enabled = setting(config, "transaction.partition.verification.enable",
                                             TXN_DEFAULTS).strip().lower() == "true"
+        self.transaction_version = min(max(_int(config, "transaction.version"), 0), 2)
         self._clock = clock or (lambda: int(time.time() * 1000))
         self.internal = InternalTopics(replicas)
         self.txns: dict[str, S.TransactionMetadata] = {}
@@ -198,7 +203,8 @@ class TransactionCoordinator:
         if epoch is None or part is None or not part.is_leader or part.leader_epoch != epoch:
             err = ErrorCode.not_coordinator
         else:
-            batch = bytearray(build_records_batch([(S.key_bytes(tid), S.value_bytes(transit))], 0,
+            value = S.value_bytes(transit, 1 if self.transaction_version >= 1 else 0)
+            batch = bytearray(build_records_batch([(S.key_bytes(tid), value)], 0,
                                                   timestamp_ms=self.now_ms()))
             try:
                 headers = split_and_validate(batch, max(part.config.max_message_bytes, len(batch)))
@@ -263,7 +269,8 @@ class TransactionCoordinator:
             # fence the current producer: bump the epoch and abort its transaction; the client retries and then gets
             # the epoch after that (Kafka's PrepareEpochFence)
             fence = meta.prepare_fence_producer_epoch()
-            err = await self._end(meta, fence.producer_epoch, commit=False, from_client=False, fence=fence)
+            err = (await self._end(meta, meta.producer_id, fence.producer_epoch, commit=False, from_client=False,
+                                   fence=fence))[0]
             return (err or ErrorCode.concurrent_transactions), -1, -1
         if meta.state not in (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT):
             return ErrorCode.concurrent_transactions, -1, -1
@@ -303,7 +310,8 @@ class TransactionCoordinator:
             return ErrorCode.producer_fenced, None
         return 0, meta
 
-    async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: set) -> int:
+    async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: set, client_version: int = 0) -> int:
+        """`client_version` 2: a partition leader adds partitions for a producer of transaction version 2."""
         err, meta = self._check_producer(tid, pid, epoch)
         if err:
             return err
@@ -311,7 +319,7 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions
         if meta.state == S.ONGOING and partitions <= meta.partitions:
             return 0
-        return await self._write(meta, meta.prepare_add_partitions(partitions, self.now_ms()))
+        return await self._write(meta, meta.prepare_add_partitions(partitions, self.now_ms(), client_version))
 
     def verify_partitions(self, tid: str, pid: int, epoch: int, partitions: set) -> dict:
         """AddPartitionsToTxn v4+ verify_only (KIP-890): each partition NONE if in the transaction, else
@@ -328,51 +336,93 @@ class TransactionCoordinator:
         return await self.add_partitions(tid, pid, epoch, {(OFFSETS_TOPIC, p)})
 
     # ---- EndTxn ------------------------------------------------------------------------------------------------
-    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
+    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool,
+                      client_version: int = 1) -> tuple[int, int, int]:
+        """-> (error, producer id, epoch): with transaction version 2 (EndTxn v5) the id and epoch the producer
+        continues with; (-1, -1) on an error."""
         if not tid:
-            return ErrorCode.invalid_request
+            return ErrorCode.invalid_request, -1, -1
         err = self.coordinator_error(tid)
         if err:
-            return err
+            return err, -1, -1
         meta = self.txns.get(tid)
-        if meta is None or meta.producer_id != pid:
-            return ErrorCode.invalid_producer_id_mapping
-        return await self._end(meta, epoch, commit, from_client=True)
+        if meta is None:
+            return ErrorCode.invalid_producer_id_mapping, -1, -1
+        return await self._end(meta, pid, epoch, commit, from_client=True, client_version=client_version)
 
-    async def _end(self, meta: S.TransactionMetadata, epoch: int, commit: bool, from_client: bool,
-                   fence: S.TxnTransit | None = None) -> int:
-        """Kafka's endTransaction for transaction version 1 (also the coordinator's own aborts: a fence, a timeout)."""
+    async def _end(self, meta: S.TransactionMetadata, pid: int, epoch: int, commit: bool, from_client: bool,
+                   fence: S.TxnTransit | None = None, client_version: int = 1) -> tuple[int, int, int]:
+        """Kafka's endTransaction (also the coordinator's own aborts, a fence or a timeout, at version 1). Version
+        2's answers, as Kafka 4.1 gives them: a retry carries the epoch before the bump; an abort with no transaction
+        open (Empty, or after one ended) still bumps the epoch; a commit with none is INVALID_TXN_STATE."""
+        v2 = client_version >= 2
+        retry = False
         if fence is None:
-            if from_client and epoch != meta.producer_epoch or epoch < meta.producer_epoch:
-                return ErrorCode.producer_fenced
+            meta_v2 = meta.client_txn_version >= 2
+            retry_bump = meta_v2 and meta.producer_epoch == epoch + 1
+            retry_overflow = meta_v2 and meta.prev_producer_id == pid and epoch == S.MAX_EPOCH - 1 and \
+                meta.producer_epoch == 0
+            retry = retry_bump or retry_overflow
+            if meta.producer_id != pid and not retry_overflow:
+                return ErrorCode.invalid_producer_id_mapping, -1, -1
+            if not meta_v2:
+                valid = (not from_client or epoch == meta.producer_epoch) and epoch >= meta.producer_epoch
+            elif meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                valid = retry_bump
+            elif meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+                valid = retry or epoch == meta.producer_epoch
+            else:
+                valid = epoch == meta.producer_epoch
+            if not valid:
+                return ErrorCode.producer_fenced, -1, -1
             if meta.pending:
-                return ErrorCode.concurrent_transactions
+                return ErrorCode.concurrent_transactions, -1, -1
+        done = (0, meta.producer_id, meta.producer_epoch)
         state = meta.state
         if state == S.ONGOING:
-            if fence is not None:                     # the fenced epoch goes into the abort (Kafka's isEpochFence)
-                meta.pending_state = None
-                meta.producer_epoch = fence.producer_epoch
-                meta.last_producer_epoch = S.NO_PRODUCER_EPOCH
-            transit = meta.prepare_abort_or_commit(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, self.now_ms())
+            target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         elif state == S.COMPLETE_COMMIT:
-            return 0 if commit else ErrorCode.invalid_txn_state
+            if commit:
+                return done if retry or not v2 else (ErrorCode.invalid_txn_state, -1, -1)
+            if not v2 or retry:
+                return ErrorCode.invalid_txn_state, -1, -1
+            target = S.PREPARE_ABORT
         elif state == S.COMPLETE_ABORT:
-            return 0 if not commit else ErrorCode.invalid_txn_state
-        elif state == S.PREPARE_COMMIT:
-            return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
-        elif state == S.PREPARE_ABORT:
-            return ErrorCode.concurrent_transactions if not commit else ErrorCode.invalid_txn_state
+            if commit:
+                return ErrorCode.invalid_txn_state, -1, -1
+            if not v2 or retry:
+                return done
+            target = S.PREPARE_ABORT
+        elif state == S.EMPTY and v2 and not commit:
+            target = S.PREPARE_ABORT
+        elif state == S.PREPARE_COMMIT and commit or state == S.PREPARE_ABORT and not commit:
+            return ErrorCode.concurrent_transactions, -1, -1
         else:
-            return ErrorCode.invalid_txn_state
+            return ErrorCode.invalid_txn_state, -1, -1
+        next_pid = S.NO_PRODUCER_ID
+        if v2 and fence is None and S.epoch_exhausted(meta.producer_epoch):
+            before = (meta.producer_id, meta.producer_epoch, meta.state)
+            next_pid = await self.producer_ids.next_producer_id()
+            if next_pid < 0:
+                return ErrorCode.coordinator_not_available, -1, -1
+            if meta.pending or self.txns.get(meta.transactional_id) is not meta or \
+                    (meta.producer_id, meta.producer_epoch, meta.state) != before:
+                return ErrorCode.concurrent_transactions, -1, -1     # changed while we waited: the client retries
+        if fence is not None:                          # the fenced epoch goes into the abort (Kafka's isEpochFence)
+            meta.pending_state = None
+            meta.producer_epoch = fence.producer_epoch
+            meta.last_producer_epoch = S.NO_PRODUCER_EPOCH
+        transit = meta.prepare_abort_or_commit(target, self.now_ms(), client_version if v2 else 0, next_pid)
         p = self.partition_for(meta.transactional_id)
         coordinator_epoch = self.epochs.get(p)
         err = await self._write(meta, transit)
         if err:
             if fence is not None and self.txns.get(meta.transactional_id) is meta:
                 meta.has_failed_epoch_fence = True
-            return err
+            return err, -1, -1
+        answer = (0, *meta.ended_as())
         self.markers.send(meta.transactional_id, coordinator_epoch, meta)
-        return 0
+        return answer
 
     async def complete_after_markers(self, tid: str, coordinator_epoch: int) -> None:
         """Every marker is written: CompleteCommit/CompleteAbort (Kafka's TransactionMarkerChannelManager then writes
@@ -423,7 +473,7 @@ class TransactionCoordinator:
             log.info("aborting transaction of %s (producer id %d epoch %d): it timed out after %d ms",
                      meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.txn_timeout_ms)
             fence = meta.prepare_fence_producer_epoch()
-            if not await self._end(meta, fence.producer_epoch, commit=False, from_client=False, fence=fence):
+            if not (await self._end(meta, pid, fence.producer_epoch, commit=False, from_client=False, fence=fence))[0]:
                 n += 1
                 self.metrics.timed_out.inc()
         return n

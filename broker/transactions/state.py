@@ -20,7 +20,7 @@ _VALID_PREVIOUS = {
     EMPTY: {EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT},
     ONGOING: {ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT},
     PREPARE_COMMIT: {ONGOING},
-    PREPARE_ABORT: {ONGOING, PREPARE_EPOCH_FENCE},
+    PREPARE_ABORT: {ONGOING, PREPARE_EPOCH_FENCE, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT},  # the last 3: v2's abort
     COMPLETE_COMMIT: {PREPARE_COMMIT},
     COMPLETE_ABORT: {PREPARE_ABORT},
     DEAD: {EMPTY, COMPLETE_ABORT, COMPLETE_COMMIT},
@@ -113,20 +113,37 @@ class TransactionMetadata:
         return self._transit(EMPTY, new_producer_id, 0, self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
                              timeout_ms, (), -1, now)
 
-    def prepare_add_partitions(self, added, now: int) -> TxnTransit:
+    def prepare_add_partitions(self, added, now: int, client_version: int = 0) -> TxnTransit:
         start = now if self.state in (EMPTY, COMPLETE_ABORT, COMPLETE_COMMIT) else self.txn_start_ms
         return self._transit(ONGOING, self.producer_id, self.producer_epoch, self.last_producer_epoch,
-                             self.txn_timeout_ms, self.partitions | set(added), start, now)
+                             self.txn_timeout_ms, self.partitions | set(added), start, now,
+                             client_version=client_version)
 
-    def prepare_abort_or_commit(self, state: int, now: int) -> TxnTransit:
-        return self._transit(state, self.producer_id, self.producer_epoch, self.last_producer_epoch,
-                             self.txn_timeout_ms, self.partitions, self.txn_start_ms, now)
+    def prepare_abort_or_commit(self, state: int, now: int, client_version: int = 0,
+                                next_producer_id: int = NO_PRODUCER_ID) -> TxnTransit:
+        """Transaction version 2 bumps the epoch with every end (the markers carry the new one); when the epoch is
+        exhausted `next_producer_id` is the id the producer continues with once the transaction completes."""
+        epoch, last = self.producer_epoch, self.last_producer_epoch
+        if client_version >= 2:
+            epoch, last = self.producer_epoch + 1, self.producer_epoch
+        start = self.txn_start_ms if self.txn_start_ms >= 0 else now      # v2's abort of no transaction
+        return self._transit(state, self.producer_id, epoch, last, self.txn_timeout_ms, self.partitions, start, now,
+                             next_producer_id, client_version)
 
     def prepare_complete(self, now: int) -> TxnTransit:
         state = COMPLETE_COMMIT if self.state == PREPARE_COMMIT else COMPLETE_ABORT
         self.has_failed_epoch_fence = False
-        return self._transit(state, self.producer_id, self.producer_epoch, self.producer_epoch, self.txn_timeout_ms,
-                             (), self.txn_start_ms, now)
+        pid, epoch = self.producer_id, self.producer_epoch
+        if self.client_txn_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
+            pid, epoch = self.next_producer_id, 0                  # the epoch overflowed: continue with a new id
+        return self._transit(state, pid, epoch, self.producer_epoch, self.txn_timeout_ms, (), self.txn_start_ms, now,
+                             client_version=self.client_txn_version)
+
+    def ended_as(self) -> tuple[int, int]:
+        """(producer id, epoch) the producer continues with after this transaction ends (EndTxn v5's answer)."""
+        if self.client_txn_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
+            return self.next_producer_id, 0
+        return self.producer_id, self.producer_epoch
 
     def prepare_dead(self) -> TxnTransit:
         return self._transit(DEAD, self.producer_id, self.producer_epoch, self.last_producer_epoch,
@@ -168,21 +185,36 @@ def key_bytes(transactional_id: str) -> bytes:
     return _I16.pack(0) + _I16.pack(len(b)) + b
 
 
-def value_bytes(t: TxnTransit) -> bytes:
-    """TransactionLogValue v0 (what Kafka writes without transaction version 2): Empty has null partitions."""
-    out = bytearray(_I16.pack(0))
+def value_bytes(t: TxnTransit, version: int = 0) -> bytes:
+    """TransactionLogValue v0, or v1 (flexible, with the tagged previous/next producer ids and the client's
+    transaction version, each written only when not its default) once `transaction.version` is 1 or more, as
+    Kafka's TransactionLog.valueToBytes. Empty has null partitions."""
+    flexible = version >= 1
+    out = bytearray(_I16.pack(1 if flexible else 0))
     out += _VALUE_HEAD.pack(t.producer_id, t.producer_epoch, t.txn_timeout_ms, t.state)
     if t.state == EMPTY:
-        out += struct.pack(">i", -1)
+        out += uvarint(0) if flexible else struct.pack(">i", -1)
     else:
         by_topic: dict[str, list[int]] = {}
         for topic, p in sorted(t.partitions):
             by_topic.setdefault(topic, []).append(p)
-        out += struct.pack(">i", len(by_topic))
+        out += uvarint(len(by_topic) + 1) if flexible else struct.pack(">i", len(by_topic))
         for topic, parts in by_topic.items():
             b = topic.encode()
-            out += _I16.pack(len(b)) + b + struct.pack(f">i{len(parts)}i", len(parts), *parts)
+            if flexible:
+                out += uvarint(len(b) + 1) + b + uvarint(len(parts) + 1) + struct.pack(f">{len(parts)}i", *parts)
+                out += uvarint(0)
+            else:
+                out += _I16.pack(len(b)) + b + struct.pack(f">i{len(parts)}i", len(parts), *parts)
     out += _VALUE_TAIL.pack(t.txn_last_update_ms, t.txn_start_ms)
+    if flexible:
+        tags = [(tag, data) for tag, data, default in (
+            (0, struct.pack(">q", t.prev_producer_id), t.prev_producer_id == NO_PRODUCER_ID),
+            (1, struct.pack(">q", t.next_producer_id), t.next_producer_id == NO_PRODUCER_ID),
+            (2, _I16.pack(t.client_txn_version), t.client_txn_version == 0)) if not default]
+        out += uvarint(len(tags))
+        for tag, data in tags:
+            out += uvarint(tag) + uvarint(len(data)) + data
     return bytes(out)
 
 
@@ -266,5 +298,3 @@ def _skip_tags(data: bytes, pos: int) -> tuple[int, dict[int, bytes]]:
         pos += size
     return pos, tags
 
-
-__all__ = ["TransactionMetadata", "TxnTransit", "key_bytes", "value_bytes", "decode_key", "decode_value", "uvarint"]

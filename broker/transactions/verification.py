@@ -1,5 +1,6 @@
 """KIP-890 part 1: before a partition leader lets a producer's transaction begin in a partition, it asks the
-transaction coordinator whether the partition is in that transaction (Kafka's AddPartitionsToTxnManager, with
+transaction coordinator whether the partition is in that transaction (with transaction version 2 it asks the
+coordinator to add it) (Kafka's AddPartitionsToTxnManager, with
 AddPartitionsToTxn v4 `verify_only` when the coordinator is another broker). A batch that fails is refused, so a late
 or stray transactional write cannot leave a transaction open that no coordinator will ever end (a hanging
 transaction that would hold the last stable offset forever).
@@ -23,6 +24,12 @@ _RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exc
                         ErrorCode.not_coordinator, ErrorCode.request_timed_out})
 
 
+def fenced_as_invalid_epoch(code: int, old_client: bool) -> int:
+    """KIP-588: clients before PRODUCER_FENCED (InitProducerId < v4, AddPartitionsToTxn/AddOffsetsToTxn/EndTxn < v2)
+    know it as INVALID_PRODUCER_EPOCH."""
+    return ErrorCode.invalid_producer_epoch if old_client and code == ErrorCode.producer_fenced else code
+
+
 def client_error(code: int, generic: bool, produce: bool = True) -> int:
     """A coordinator's verification answer as the producer sees it. `generic`: the client knows
     TRANSACTION_ABORTABLE (Produce v11+, TxnOffsetCommit v4+); older ones get INVALID_TXN_STATE. Retriable
@@ -40,22 +47,28 @@ def client_error(code: int, generic: bool, produce: bool = True) -> int:
 
 
 async def verify(broker, transactional_id: str, producer_id: int, producer_epoch: int,
-                 partitions: set) -> dict[tuple[str, int], int]:
-    """The coordinator's answer per partition (0: in the transaction), before client_error's mapping."""
+                 partitions: set, add: bool = False) -> dict[tuple[str, int], int]:
+    """The coordinator's answer per partition (0: in the transaction), before client_error's mapping. `add`: a
+    producer of transaction version 2 (Produce v12, TxnOffsetCommit v5): the coordinator adds the partitions to its
+    transaction instead of checking them (KIP-890 part 2)."""
     from broker.transactions.coordinator import TXN_TOPIC
     info = broker.topics.get(TXN_TOPIC)
     leader = info.partition(partition_for(transactional_id, info.partitions)).leader if info is not None else -1
     if leader < 0:
         return {tp: ErrorCode.coordinator_not_available for tp in partitions}
     if leader == broker.node_id:
+        if add:
+            err = await broker.transactions.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                                           client_version=2)
+            return {tp: err for tp in partitions}
         return broker.transactions.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
     by_topic: dict[str, list[int]] = {}
     for topic, p in sorted(partitions):
         by_topic.setdefault(topic, []).append(p)
     try:
-        resp = await broker.peer_connection(leader).send(24, 4, {"transactions": [{
+        resp = await broker.peer_connection(leader).send(24, 5 if add else 4, {"transactions": [{
             "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
-            "verify_only": True, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]})
+            "verify_only": not add, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]})
     except Exception as e:
         log.info("verifying %s with its coordinator (broker %d) failed: %s", transactional_id, leader, e)
         return {tp: ErrorCode.network_exception for tp in partitions}

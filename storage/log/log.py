@@ -349,7 +349,8 @@ class Log:
                 info = infos[h.producer_id] = self.producer_state.prepare(h.producer_id)
             err = info.validate(h, check_sequence=not coordinator_origin)
             if err is None and h.is_transactional and verification_guard is not _UNCHECKED and \
-                    info.txn_first_offset < 0 and not self.producer_state.verified(h.producer_id, verification_guard):
+                    (info.txn_first_offset < 0 or h.producer_epoch != info.epoch) and \
+                    not self.producer_state.verified(h.producer_id, verification_guard):
                 err = (ErrorCode.invalid_txn_state, f"transactional batch of producer {h.producer_id} is not part of an "
                                                     f"ongoing transaction verified with its coordinator")
             if err is not None:

@@ -247,15 +247,21 @@ class ProducerStateManager:
                 f"{entry.coordinator_epoch}")
         return None
 
-    def start_verification(self, producer_id: int) -> object | None:
+    def start_verification(self, producer_id: int, producer_epoch: int) -> object | None:
         """A guard for a transactional batch about to be verified (Kafka's VerificationGuard), or None when the
-        producer's transaction is open here already (no verification needed)."""
-        if producer_id in self.ongoing:
+        producer's transaction is open here already at that epoch (no verification needed). A batch at a newer epoch
+        is verified even then: with transaction version 2 it begins the next transaction, while the marker of the
+        previous one may still be on its way (Kafka's hasOngoingTransaction(producerId, producerEpoch))."""
+        if self.has_ongoing_transaction(producer_id, producer_epoch):
             return None
         guard = self.verifying.get(producer_id)
         if guard is None:
             guard = self.verifying[producer_id] = object()
         return guard
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return producer_id in self.ongoing and entry is not None and entry.producer_epoch == producer_epoch
 
     def verified(self, producer_id: int, guard) -> bool:
         """Whether a transaction of the producer may begin with `guard`."""

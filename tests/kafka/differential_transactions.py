@@ -38,16 +38,37 @@ class Txn:
         return sorted((t.name, p.partition_index, err(p.partition_error_code))
                       for t in r.results_by_topic_v3_and_below for p in t.results_by_partition)
 
-    def produce(self, topic: str, partition: int, n: int = 2, value: bytes = b"v"):
+    def produce(self, topic: str, partition: int, n: int = 2, value: bytes = b"v", version: int | None = None):
         seq = self.seq.get((topic, partition), 0)
         body = self.s.produce_body(topic, partition, build_batch(
             [(b"k", value + b"%d" % i) for i in range(n)], producer_id=self.pid, producer_epoch=self.epoch,
             base_sequence=seq, attributes=TXN, timestamp_ms=now()))
         body["transactional_id"] = self.id
-        p = self.s.req(PRODUCE, body).responses[0].partition_responses[0]
+        p = self.s.req(PRODUCE, body, version).responses[0].partition_responses[0]
         if p.error_code == 0:
             self.seq[(topic, partition)] = seq + n
         return produce_part(p)
+
+    def end_v2(self, commit: bool, epoch: int | None = None) -> tuple:
+        """EndTxn v5 (transaction version 2): (error, epoch it answers); on success the producer continues with that
+        epoch and new sequences, as Kafka 4's producer does."""
+        r = retry(lambda: self.s.req((26, 5), {"transactional_id": self.id, "producer_id": self.pid,
+                                               "producer_epoch": self.epoch if epoch is None else epoch,
+                                               "committed": commit}),
+                  lambda r: [err(r.error_code)])
+        if r.error_code == 0 and epoch is None:
+            assert r.producer_id == self.pid, (self.s.kind, r)
+            self.epoch, self.seq = r.producer_epoch, {}
+        return err(r.error_code), r.producer_epoch
+
+    def completed(self) -> str:
+        """Until the coordinator has written the markers and CompleteCommit/CompleteAbort: its state then."""
+        deadline = time.monotonic() + 20
+        while True:
+            state = self.s.req(DESCRIBE_TRANSACTIONS, {"transactional_ids": [self.id]}).transaction_states[0]
+            if state.transaction_state.startswith("Complete") or time.monotonic() > deadline:
+                return state.transaction_state
+            time.sleep(0.05)
 
     def end(self, commit: bool, epoch: int | None = None, pid: int | None = None) -> str:
         r = retry(lambda: self.s.req(END_TXN, {"transactional_id": self.id, "producer_id": self.pid if pid is None
@@ -307,3 +328,63 @@ def _(s: Side):
     return [err(p.error_code), p.high_watermark, p.last_stable_offset,
             [x.offset for x in decode_batches(p.records or b"")], [a.first_offset for a in p.aborted_transactions]]
 
+
+
+@scenario("txn-v2-end-bumps-the-epoch", expect=("INVALID_PRODUCER_EPOCH", "TRANSACTION_ABORTABLE", "PRODUCER_FENCED"))
+def _(s: Side):
+    """Transaction version 2 (KIP-890 part 2, Kafka 4.1's answers): EndTxn v5 bumps the epoch with every end, also
+    an abort with no transaction open; a retry with the epoch before the bump is answered as the first call; a
+    commit of nothing is INVALID_TXN_STATE. Produce v12 adds its partition to the transaction (v11 still only
+    verifies: TRANSACTION_ABORTABLE); an epoch behind or ahead is INVALID_PRODUCER_EPOCH."""
+    topic = s.create(partitions=2)
+    t = Txn(s)
+    out = [t.end_v2(False), t.completed(), t.end_v2(False, epoch=0), t.end_v2(True, epoch=0), t.end_v2(True),
+           t.end_v2(True, epoch=t.epoch + 1)]
+    e = t.epoch
+    t.epoch = e - 1
+    out.append(t.produce(topic, 0, version=12)["error_code"])
+    t.epoch = e + 3
+    out.append(t.produce(topic, 0, version=12)["error_code"])
+    t.epoch = e
+    out += [t.produce(topic, 0, version=12), t.produce(topic, 1, version=11)["error_code"],
+            t.end_v2(True, epoch=e - 1), t.end_v2(True), t.completed(),
+            t.end_v2(True), t.end_v2(True, epoch=t.epoch - 1), t.end_v2(False, epoch=t.epoch - 1),
+            t.end_v2(False), t.completed(),
+            t.produce(topic, 0, version=12), t.end_v2(False), t.completed()]
+    settle(s, topic, 2)
+    out.append(read_committed(s, topic, 0))
+    return out
+
+
+@scenario("txn-v2-offsets-join-implicitly", expect=("TRANSACTION_ABORTABLE",))
+def _(s: Side):
+    """TxnOffsetCommit v5 adds the group's partition to the transaction without AddOffsetsToTxn (v4 is only
+    verified: TRANSACTION_ABORTABLE); the offsets are the group's once the transaction commits."""
+    topic = s.create()
+    group, other = s.group(), s.group("-other")
+    coordinator(s, 0, group)
+    coordinator(s, 0, other)
+    t = Txn(s)
+
+    def commit(version, g, offset):
+        r = retry(lambda: s.req((28, version), {
+            "transactional_id": t.id, "group_id": g, "producer_id": t.pid, "producer_epoch": t.epoch,
+            "generation_id": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                        "committed_leader_epoch": -1, "committed_metadata": ""}]}]}),
+            lambda r: [err(p.error_code) for tp in r.topics for p in tp.partitions])
+        return [err(p.error_code) for tp in r.topics for p in tp.partitions]
+
+    def fetch_offset(g):
+        deadline = time.monotonic() + 20
+        while True:
+            r = s.req((9, 7), {"group_id": g, "require_stable": True,
+                               "topics": [{"name": topic, "partition_indexes": [0]}]})
+            got = [(err(p.error_code), p.committed_offset) for tp in r.topics for p in tp.partitions]
+            if got[0][0] != "UNSTABLE_OFFSET_COMMIT" or time.monotonic() > deadline:
+                return got
+            time.sleep(0.05)
+    out = [t.produce(topic, 0, version=12), commit(5, group, 7), commit(4, other, 8), t.end_v2(True), t.completed(),
+           fetch_offset(group), fetch_offset(other)]
+    out += [commit(5, group, 9), t.end_v2(False), t.completed(), fetch_offset(group)]
+    return out

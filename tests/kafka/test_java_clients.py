@@ -4,7 +4,7 @@ Kafka (`apache_kafka`, and three KRaft nodes for the admin checks that need thre
 
 Each program under tests/kafka/java/ runs many checks in one JVM and prints one JSON object per check:
 - ProducerCheck: the idempotent acks=all producer with every codec, records with keys and headers on three
-  partitions, read back with the consumer record by record.
+  partitions, read back with the consumer record by record; a transactional producer (transaction version 2).
 - ConsumerCheck: classic and KIP-848 groups of two members, seek/seekToBeginning/seekToEnd and offset resets,
   pause/resume, offsetsForTimes (CreateTime and LogAppendTime), commits and positions.
 - AdminCheck: every admin API Strata serves, with the values, config sources and exception classes a user reads.
@@ -93,7 +93,7 @@ def config(value, source, read_only=False) -> dict:
 def test_idempotent_producer_every_codec(outputs, target):
     lines = output(outputs, "ProducerCheck", target)
     by_codec = {d["codec"]: d for d in lines}
-    assert set(by_codec) == {*CODECS, "*"}
+    assert set(by_codec) == {*CODECS, "*", "transactions"}
     for codec in CODECS:
         d = by_codec[codec]
         assert d["errors"] == [] and d["acked"] == d["sent"] == RECORDS_PER_CODEC, d
@@ -105,6 +105,21 @@ def test_idempotent_producer_every_codec(outputs, target):
         assert d["read"] == RECORDS_PER_CODEC and d["mismatch_count"] == 0, d["mismatches"]
     sizes = by_codec["*"]["log_bytes"]
     assert all(sizes[c] < sizes["none"] for c in CODECS if c != "none"), sizes   # stored compressed
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_transactional_producer_with_transaction_version_2(outputs, target):
+    """Kafka 4.1's producer on a broker that finalizes transaction.version 2 (KIP-890 part 2): EndTxn v5 bumps the
+    epoch per transaction, Produce v12 and TxnOffsetCommit v5 add their partitions without AddPartitionsToTxn or
+    AddOffsetsToTxn. Committed transactions are read once each, aborted ones only by read_uncommitted."""
+    (d,) = [x for x in output(outputs, "ProducerCheck", target) if x["codec"] == "transactions"]
+    assert d["transaction_version"] == 2 and d["final_state"] == "CompleteAbort", d
+    assert d["read_committed"] == {"records": 90, "distinct": 90, "transactions": ["t0", "t2", "t4"]}, d
+    assert d["read_uncommitted"] == {"records": 180, "distinct": 180,
+                                     "transactions": ["t0", "t1", "t2", "t3", "t4", "t5"]}, d
+    assert d["group_offset"] == 104, d               # the last committed transaction's offsets; aborted ones vanish
+    # six transactions: six epoch bumps, the last marker (from the sixth EndTxn) carrying epoch 6 on each partition
+    assert d["producer_epochs"] == [6, 6, 6], d
 
 
 # ---- the consumer ------------------------------------------------------------------------------------------------
@@ -193,6 +208,7 @@ def test_admin_cluster_features_quorum(outputs, target):
     # Racks: the Strata cluster fixture gives its brokers racks a, b, c; the others have none.
     assert d["racks_set"] == [target == "strata_cluster"]
     assert "finalized_features" in d, d                     # describeFeatures answered (ApiVersions v3+)
+    assert "transaction.version" in d["finalized_features"], d   # KIP-890 part 2, as a new Kafka 4 cluster
     if target in ("apache_kafka", "kafka_cluster"):
         assert "metadata.version" in d["finalized_features"]
     # describeMetadataQuorum: a leader among the brokers and a voter; voters and observers are every broker

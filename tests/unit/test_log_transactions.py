@@ -203,3 +203,29 @@ def test_truncation_keeps_a_completed_but_unreplicated_transaction_unstable(log)
     assert log.last_stable_offset == 0                         # still unstable: the HW is below its marker
     log.update_high_watermark(3)
     assert log.last_stable_offset == 3
+
+
+def test_a_batch_at_a_newer_epoch_is_verified_even_with_a_transaction_open(log):
+    """Transaction version 2: the producer's next transaction (epoch + 1) may reach a partition before the previous
+    transaction's marker. It is not part of that open transaction: it must be verified (added) with the coordinator,
+    which holds it off until the marker is written (Kafka's hasOngoingTransaction(producerId, producerEpoch)). It
+    used to be appended into the open transaction, so the previous commit's marker committed it too (an aborted
+    transaction's records read as committed)."""
+    ps = log.producer_state
+    assert ps.start_verification(1, 0) is not None                 # nothing open yet
+    guard = ps.start_verification(1, 0)
+    r = log.append_as_leader(txn_batch(1, 0, 0), split_and_validate(txn_batch(1, 0, 0), 10**8), 0,
+                             verification_guard=guard)
+    assert r.error_code == 0
+    assert ps.start_verification(1, 0) is None                     # open at epoch 0: no need to verify
+    newer = ps.start_verification(1, 1)
+    assert newer is not None                                       # the next transaction's first batch
+    unverified = txn_batch(1, 1, 0)
+    r = log.append_as_leader(unverified, split_and_validate(unverified, 10**8), 0, verification_guard=None)
+    assert r.error_code == ErrorCode.invalid_txn_state
+    assert marker(log, 1, 1, commit=True).error_code == 0          # the previous transaction ends (bumped epoch)
+    assert log.last_stable_offset == log.high_watermark
+    guard = ps.start_verification(1, 1)                            # the marker voided the older guard
+    assert not ps.verified(1, newer) and ps.verified(1, guard)
+    batch = txn_batch(1, 1, 0)
+    assert log.append_as_leader(batch, split_and_validate(batch, 10**8), 0, verification_guard=guard).error_code == 0

@@ -2,6 +2,10 @@
 // Usage: ProducerCheck BOOTSTRAP TOPIC_PREFIX REPLICATION_FACTOR RECORDS_PER_CODEC
 // Prints one JSON object per codec: what was acknowledged (offsets per partition) and what the consumer read back,
 // compared record by record (offset, key, value, headers, timestamp) in Java; the Python test asserts on them.
+// Then one {"codec": "transactions"} object: a transactional producer (with the broker's finalized
+// transaction.version, 2 on Kafka 4 and Strata: an epoch bump per transaction, partitions and offsets added by the
+// brokers) commits and aborts transactions with sendOffsetsToTransaction; what read_committed and read_uncommitted
+// consumers read, the group's committed offsets, and the producer epoch each partition's leader reports.
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -35,6 +39,7 @@ public class ProducerCheck {
         }
         for (String codec : List.of("none", "gzip", "snappy", "lz4", "zstd"))
             System.out.println(JSON.writeValueAsString(check(bootstrap, prefix + "-" + codec, codec, n)));
+        System.out.println(JSON.writeValueAsString(transactions(bootstrap, prefix + "-txn", rf)));
         // The bytes each codec's topic takes in the log (largest replica of each partition), as describeLogDirs
         // reports them: compression must show.
         try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
@@ -197,6 +202,89 @@ public class ProducerCheck {
         for (var e : read.keySet()) if (!byPartition.containsKey(e)) mismatches.add("records read from partition " + e + " that got none");
         out.put("mismatches", mismatches.subList(0, Math.min(10, mismatches.size())));
         out.put("mismatch_count", mismatches.size());
+        return out;
+    }
+
+    /** Six transactions of 30 records over three partitions, commit and abort in turn, each also committing the
+     * group's offset 100 + i on partition 0 with sendOffsetsToTransaction. */
+    static Map<String, Object> transactions(String bootstrap, String topic, short rf) throws Exception {
+        Map<String, Object> out = new TreeMap<>();
+        out.put("codec", "transactions");
+        String group = topic + "-group";
+        try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+            createReady(admin, List.of(new NewTopic(topic, PARTITIONS, rf)));
+            var features = admin.describeFeatures().featureMetadata().get().finalizedFeatures().get("transaction.version");
+            out.put("transaction_version", features == null ? 0 : (int) features.maxVersionLevel());
+        }
+        Map<String, Object> p = new HashMap<>();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, topic + "-tid");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        int committed = 0, sent = 0;
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            producer.initTransactions();
+            for (int t = 0; t < 6; t++) {
+                producer.beginTransaction();
+                for (int i = 0; i < 30; i++) {
+                    producer.send(new ProducerRecord<>(topic, i % PARTITIONS, null, bytes("t" + t + "-" + i)));
+                    sent++;
+                }
+                producer.sendOffsetsToTransaction(Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(100 + t)),
+                                                  new ConsumerGroupMetadata(group));
+                if (t % 2 == 0) { producer.commitTransaction(); committed += 30; }
+                else { producer.flush(); producer.abortTransaction(); }   // else unsent records are dropped
+            }
+        }
+        out.put("sent", sent);
+        out.put("committed", committed);
+        // commitTransaction returns once the coordinator has logged PrepareCommit; the markers follow. Wait for the
+        // transaction to be complete, as a reader expecting its records must.
+        try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+            long deadline = System.currentTimeMillis() + 30000;
+            String state = "";
+            while (System.currentTimeMillis() < deadline) {
+                state = admin.describeTransactions(List.of(topic + "-tid")).description(topic + "-tid").get().state().toString();
+                if (state.startsWith("Complete")) break;   // TransactionState.toString: "CompleteCommit"
+                Thread.sleep(100);
+            }
+            out.put("final_state", state);
+        }
+        for (String isolation : List.of("read_committed", "read_uncommitted")) {
+            Map<String, Object> c = new HashMap<>();
+            c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+            List<String> values = new ArrayList<>();
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(c, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+                List<TopicPartition> tps = new ArrayList<>();
+                for (int i = 0; i < PARTITIONS; i++) tps.add(new TopicPartition(topic, i));
+                consumer.assign(tps);
+                consumer.seekToBeginning(tps);
+                Map<TopicPartition, Long> ends = consumer.endOffsets(tps);
+                long deadline = System.currentTimeMillis() + 30000;
+                while (System.currentTimeMillis() < deadline) {
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(300)))
+                        values.add(new String(r.value(), StandardCharsets.UTF_8));
+                    boolean done = true;
+                    for (TopicPartition tp : tps) done &= consumer.position(tp) >= ends.get(tp);
+                    if (done) break;
+                }
+            }
+            Set<String> transactions = new TreeSet<>();
+            for (String v : values) transactions.add(v.substring(0, v.indexOf('-')));
+            out.put(isolation, Map.of("records", values.size(), "distinct", new HashSet<>(values).size(),
+                                      "transactions", new ArrayList<>(transactions)));
+        }
+        try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+            var offsets = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+            out.put("group_offset", offsets.get(new TopicPartition(topic, 0)).offset());
+            List<Integer> epochs = new ArrayList<>();
+            for (int i = 0; i < PARTITIONS; i++) {
+                var state = admin.describeProducers(List.of(new TopicPartition(topic, i))).all().get()
+                        .get(new TopicPartition(topic, i));
+                for (var ps : state.activeProducers()) epochs.add(ps.producerEpoch());
+            }
+            out.put("producer_epochs", epochs);
+        }
         return out;
     }
 }
