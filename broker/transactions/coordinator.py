@@ -283,10 +283,12 @@ class TransactionCoordinator:
             if meta.pending or self.txns.get(tid) is not meta or \
                     (meta.producer_id, meta.producer_epoch, meta.state) != before:
                 return ErrorCode.concurrent_transactions, -1, -1     # changed while we waited: the client retries
+            # not the client's: Kafka records the cluster's transaction.version for InitProducerId
             transit = meta.prepare_producer_id_rotation(pid, timeout_ms, self.now_ms(),
-                                                        expected is not None)
+                                                        expected is not None, self.transaction_version)
         else:
-            transit = meta.prepare_increment_producer_epoch(timeout_ms, expected[1] if expected else None, now)
+            transit = meta.prepare_increment_producer_epoch(timeout_ms, expected[1] if expected else None, now,
+                                                            self.transaction_version)
             if isinstance(transit, int):
                 return transit, -1, -1
         err = await self._write(meta, transit)

@@ -86,7 +86,9 @@ class TransactionMetadata:
         if self.state not in _VALID_PREVIOUS[state]:
             raise IllegalTransition(f"{self.transactional_id}: {self.state_name} -> {STATE_NAMES[state]}")
         self.pending_state = state
-        return TxnTransit(producer_id, self.producer_id, next_producer_id, epoch, last_epoch, timeout_ms, state,
+        # the previous producer id changes only with the producer id (a rotation, an epoch overflow), as Kafka 4.1's
+        prev = self.producer_id if producer_id != self.producer_id else self.prev_producer_id
+        return TxnTransit(producer_id, prev, next_producer_id, epoch, last_epoch, timeout_ms, state,
                           frozenset(partitions), start_ms, now, client_version)
 
     def prepare_fence_producer_epoch(self) -> TxnTransit:
@@ -95,7 +97,7 @@ class TransactionMetadata:
                              self.partitions, self.txn_start_ms, self.txn_last_update_ms)
 
     def prepare_increment_producer_epoch(self, timeout_ms: int, expected_epoch: int | None,
-                                         now: int) -> TxnTransit | int:
+                                         now: int, client_version: int = 0) -> TxnTransit | int:
         """The transit, or PRODUCER_FENCED's code when `expected_epoch` is neither the current nor the last epoch."""
         bumped = self.producer_epoch + 1
         if expected_epoch is None:
@@ -106,12 +108,13 @@ class TransactionMetadata:
             epoch, last = self.producer_epoch, self.last_producer_epoch      # a retry of a call that succeeded
         else:
             return 90                                                     # PRODUCER_FENCED
-        return self._transit(EMPTY, self.producer_id, epoch, last, timeout_ms, (), -1, now)
+        return self._transit(EMPTY, self.producer_id, epoch, last, timeout_ms, (), -1, now,
+                             client_version=client_version)
 
     def prepare_producer_id_rotation(self, new_producer_id: int, timeout_ms: int, now: int,
-                                     record_last_epoch: bool) -> TxnTransit:
+                                     record_last_epoch: bool, client_version: int = 0) -> TxnTransit:
         return self._transit(EMPTY, new_producer_id, 0, self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
-                             timeout_ms, (), -1, now)
+                             timeout_ms, (), -1, now, client_version=client_version)
 
     def prepare_add_partitions(self, added, now: int, client_version: int = 0) -> TxnTransit:
         start = now if self.state in (EMPTY, COMPLETE_ABORT, COMPLETE_COMMIT) else self.txn_start_ms
