@@ -223,6 +223,18 @@ class _Source:
     time_index_path: Path
 
 
+def _last_of_producer(active: tuple[int, int] | None, h: BatchHeader) -> bool:
+    """Whether the batch holds an active producer's state (Kafka's isBatchLastRecordOfProducer): its last data batch
+    (the sequence), or, when no data batch is left (a marker bumped the epoch: transaction version 2), a marker of its
+    current epoch."""
+    if active is None:
+        return False
+    last_offset, epoch = active
+    if last_offset >= 0:
+        return h.last_offset == last_offset
+    return bool(h.attributes & CONTROL_BIT) and h.producer_epoch == epoch
+
+
 @dataclass
 class CleaningTask:
     """Everything one pass needs, captured on the event loop by `Cleaner.prepare`."""
@@ -237,7 +249,8 @@ class CleaningTask:
     segment_bytes: int
     max_index_size: int
     index_interval_bytes: int
-    active_producers: dict[int, int]  # producer id -> last offset of its last batch (Kafka: lastRecordsOfActiveProducers)
+    # producer id -> (last offset of its last data batch or -1, its epoch) (Kafka: lastRecordsOfActiveProducers)
+    active_producers: dict[int, tuple[int, int]]
     aborted: list = field(default_factory=list)   # aborted transactions of the range (transaction indexes)
     txns: CleanedTransactions | None = None        # of the walk in progress (the map's, then the groups')
     clean_txns: CleanedTransactions | None = None  # the groups' walk
@@ -343,7 +356,7 @@ class Cleaner:
             sources.append(_Source(seg, seg.base_offset, segs[i + 1].base_offset, seg.size, seg.log_path,
                                    seg.index_path, seg.time_index_path))
         cfg = lg.config
-        producers = {pid: e.last_offset for pid, e in lg.producer_state.producers.items() if e.last_offset >= 0}
+        producers = {pid: (e.last_offset, e.producer_epoch) for pid, e in lg.producer_state.producers.items()}
         aborted = lg.collect_aborted_transactions(sources[0].base_offset, ltc.first_uncleanable_offset) \
             if sources else []
         return CleaningTask(lg, ltc.name, lg.dir, ltc.first_dirty_offset, ltc.first_uncleanable_offset, sources, now,
@@ -521,7 +534,7 @@ class Cleaner:
         stats = task.stats
         attrs = h.attributes
         has_horizon = bool(attrs & DELETE_HORIZON_BIT)
-        last_of_producer = h.producer_id >= 0 and task.active_producers.get(h.producer_id) == h.last_offset
+        last_of_producer = _last_of_producer(task.active_producers.get(h.producer_id), h)
         if attrs & CONTROL_BIT:                   # a transaction marker (Kafka's checkBatchRetention)
             if not task.txns.on_control(h, raw):
                 return raw, h.max_timestamp

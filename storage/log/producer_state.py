@@ -221,8 +221,10 @@ class ProducerStateManager:
             entry = self.producers[h.producer_id] = ProducerStateEntry(h.producer_id)
         entry.last_update_ms = now_ms
         if h.is_control:
-            if marker is None:
-                return None              # an emptied control batch (the cleaner removed its transaction)
+            if marker is None:           # an emptied control batch (the cleaner removed its transaction), kept for
+                if h.producer_epoch > entry.producer_epoch:        # its producer's state: the epoch it carries
+                    entry.update_epoch(h.producer_epoch)
+                return None
             return self._complete(entry, h.producer_epoch, marker[1], h.base_offset, marker[0] == 0)
         entry.add_batch(h.producer_epoch, BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset,
                                                         h.last_offset, h.max_timestamp))

@@ -196,3 +196,40 @@ def test_a_marker_in_a_later_group_than_its_transaction_is_kept(tmp_path):
     assert again.producer_state.ongoing == {}
     assert again.last_stable_offset == hw
     again.close()
+
+
+def test_a_marker_that_is_its_producers_last_record_is_kept(tmp_path):
+    """With transaction version 2 a marker bumps its producer's epoch, so the producer's state may have no data batch
+    left, only that marker. The cleaner keeps such a marker (as an empty batch once it is past its delete horizon),
+    as Kafka's isBatchLastRecordOfProducer does, so the producer's epoch survives a rebuild from the log. It used to
+    be dropped and a rebuilt state knew the older epoch."""
+    clock = Clock()
+    lg = make_log(tmp_path / "t-0", clock, segment_bytes=10**6, delete_retention_ms=DAY)
+    txn(lg, 1, [(b"a", b"1")])                                 # 0, epoch 0
+    assert lg.append_marker(1, 1, 0, True, 0).error_code == 0  # 1: COMMIT with the bumped epoch 1
+    lg.update_high_watermark(lg.log_end_offset)
+    txn(lg, 3, [(b"a", b"2")])                                 # 2: replaces a=1
+    marker(lg, 3, commit=True)                                 # 3
+    assert lg.producer_state.producers[1].producer_epoch == 1 and lg.producer_state.producers[1].last_offset == -1
+    lg.roll()
+    c = cleaner_for(lg)
+    clock.now = T0 + 1
+    for i in range(3):
+        dirty(lg, i)
+        c.clean_once()
+    clock.now = T0 + 2 + DAY                                   # every horizon passed
+    for i in range(3, 5):
+        dirty(lg, i)
+        c.clean_once()
+    kept = [(h.base_offset, h.producer_epoch) for h, _ in batches(lg) if h.producer_id == 1]
+    assert kept == [(1, 1)], kept                              # only producer 1's marker, emptied
+    assert visible(lg) == {b"a": b"2", b"z": b"4"}
+    path = lg.dir
+    lg.close()
+    for snap in path.glob("*.snapshot"):
+        snap.unlink()
+    again = make_log(path, clock, segment_bytes=10**6, delete_retention_ms=DAY)
+    try:
+        assert again.producer_state.producers[1].producer_epoch == 1
+    finally:
+        again.close()
