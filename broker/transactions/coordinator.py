@@ -356,7 +356,9 @@ class TransactionCoordinator:
                    fence: S.TxnTransit | None = None, client_version: int = 1) -> tuple[int, int, int]:
         """Kafka's endTransaction (also the coordinator's own aborts, a fence or a timeout, at version 1). Version
         2's answers, as Kafka 4.1 gives them: a retry carries the epoch before the bump; an abort with no transaction
-        open (Empty, or after one ended) still bumps the epoch; a commit with none is INVALID_TXN_STATE."""
+        open (Empty, or after one ended) still bumps the epoch; a commit with none is INVALID_TXN_STATE. While the
+        markers are written (PrepareCommit/PrepareAbort) every valid request is CONCURRENT_TRANSACTIONS, as Kafka's
+        pending CompleteCommit/CompleteAbort makes it."""
         v2 = client_version >= 2
         retry = False
         if fence is None:
@@ -369,9 +371,7 @@ class TransactionCoordinator:
                 return ErrorCode.invalid_producer_id_mapping, -1, -1
             if not meta_v2:
                 valid = (not from_client or epoch == meta.producer_epoch) and epoch >= meta.producer_epoch
-            elif meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-                valid = retry_bump
-            elif meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            elif meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
                 valid = retry or epoch == meta.producer_epoch
             else:
                 valid = epoch == meta.producer_epoch
@@ -397,7 +397,8 @@ class TransactionCoordinator:
             target = S.PREPARE_ABORT
         elif state == S.EMPTY and v2 and not commit:
             target = S.PREPARE_ABORT
-        elif state == S.PREPARE_COMMIT and commit or state == S.PREPARE_ABORT and not commit:
+        elif state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            # its markers are being written (Kafka's pending CompleteCommit/CompleteAbort): the client retries
             return ErrorCode.concurrent_transactions, -1, -1
         else:
             return ErrorCode.invalid_txn_state, -1, -1
