@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 CONFIG ?= deploy/server.properties
 
-.PHONY: run cluster test test-slow bench clean kcat kafka-jars
+.PHONY: run cluster test test-slow bench clean kcat kafka-jars librdkafka-suite
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ kcat:
 # Apache Kafka's pinned jars (deploy/apache-kafka/pom.xml) into ~/.m2, their classpath into .cache/ (no-op when current).
 kafka-jars: $(VENV)/.test-installed
 	PYTHON=$(PY) deploy/apache-kafka/resolve.sh
+
+# librdkafka's own test-runner (its transaction tests run in the slow suite, tests/kafka/test_librdkafka_suite.py, which
+# builds it on first use): Debian's pinned source built once under .cache/librdkafka/ (no-op when built).
+librdkafka-suite: $(VENV)/.test-installed kafka-jars
+	$(PY) -m tests.librdkafka_suite build
 
 # Everything but the suites marked slow (kill -9 rounds, long randomized runs): those are `make test-slow`, and CI
 # (.ci/run) runs both.
