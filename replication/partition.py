@@ -148,6 +148,10 @@ class Partition:
         return self.log.log_start_offset
 
     @property
+    def local_log_start_offset(self) -> int:
+        return self.log.local_log_start_offset
+
+    @property
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
@@ -444,6 +448,11 @@ class Partition:
         overlapping them (AbortedTxn entries of the local transaction indexes)."""
         upper = _end_of(views, fetch_offset)
         return self.log.collect_aborted_transactions(fetch_offset, upper) if upper > fetch_offset else []
+
+    def local_aborted_transactions(self, start: int, end: int) -> list:
+        """The aborted transactions of the local segments' indexes overlapping [start, end), for readers of object
+        storage that plan their own ranges (DescribeWalPointers v1); remote segments have their own index objects."""
+        return self.log.collect_aborted_transactions(start, end) if end > start else []
 
     async def remote_aborted_transactions(self, fetch_offset: int, views) -> list:
         """The same for `views` read from the remote tier (its segments' TRANSACTION indexes)."""

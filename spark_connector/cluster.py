@@ -171,8 +171,10 @@ class Cluster:
         raise AssertionError("unreachable")
 
     def list_offsets(self, specs: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """ListOffsets from each partition's leader: spec -2 earliest, -1 latest (the high watermark), >= 0 a
-        timestamp (-> first offset with timestamp >= it, or -1 if there is none)."""
+        """ListOffsets from each partition's leader: spec -2 earliest, -1 latest (the high watermark; the last
+        stable offset with kafka.isolation.level=read_committed), >= 0 a timestamp (-> first offset with timestamp
+        >= it, below the last stable offset with read_committed, or -1 if there is none). The isolation level goes
+        with every lookup, as Spark's KafkaOffsetReaderAdmin passes it in its ListOffsetsOptions."""
         if not specs:
             return {}
         return self.with_retries("ListOffsets", lambda: self._list_offsets(specs))
@@ -180,8 +182,9 @@ class Cluster:
     def _list_offsets(self, specs: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """One attempt: retriable errors (no leader yet, a new leader's HW unknown, a lost connection) are tried
         again until strata.brokerTimeoutMs, as the Java AdminClient does until default.api.timeout.ms."""
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
+        isolation = IsolationLevel.READ_COMMITTED if self.client.read_committed else IsolationLevel.READ_UNCOMMITTED
         req = {}
         for (t, p), s in specs.items():
             spec = OffsetSpec.earliest() if s == -2 else OffsetSpec.latest() if s == -1 else \
@@ -191,7 +194,7 @@ class Cluster:
         while True:
             call = max(min(deadline - time.monotonic(), _CALL_TIMEOUT_S), 1.0)
             try:
-                futures = self.admin.list_offsets(req, request_timeout=call)
+                futures = self.admin.list_offsets(req, isolation_level=isolation, request_timeout=call)
                 try:
                     out = {(tp.topic, tp.partition): f.result(timeout=call + 5).offset for tp, f in futures.items()}
                 except concurrent.futures.TimeoutError:
@@ -269,10 +272,14 @@ class Cluster:
                 options[short.replace(".", "_")] = entry.value
         return {n: (u, tuple(sorted(options.items()))) for n, u in urls.items()}
 
-    def wal_pointers(self, starts: dict[tuple[str, int], int]) -> dict[tuple[str, int], tuple]:
-        """{(topic, partition): (store name, pointers)} from each partition's leader (DescribeWalPointers) for the
-        committed chunks from `starts[tp]` on; partitions whose leader has none are left out. Pointers are tuples
-        (key, position, size, crc, base, last)."""
+    def wal_pointers(self, starts: dict[tuple[str, int], int],
+                     txn_ranges: dict[tuple[str, int], tuple[int, int]] | None = None) -> dict[tuple[str, int], tuple]:
+        """{(topic, partition): (store name, pointers, aborted, local log start)} from each partition's leader
+        (DescribeWalPointers) for the committed chunks from `starts[tp]` on. Pointers are tuples (key, position,
+        size, crc, base, last). With `txn_ranges` (read_committed, {tp: (start, end)} for every tp of `starts`) the
+        request is v1, and `aborted` holds the aborted transactions (producer id, first offset, last offset) of the
+        leader's local log overlapping [start, end) and the leader's local log start; otherwise they are None and -1.
+        Partitions whose leader gave no answer are left out (so are, without txn_ranges, those with no pointer)."""
         from protocol.wal_pointers_client import describe_wal_pointers
         md = self.metadata(refresh=True)
         by_leader: dict[tuple[int, str], dict[int, int]] = {}
@@ -284,15 +291,19 @@ class Cluster:
         out = {}
         for (leader, t), offsets in by_leader.items():
             b = md.brokers[leader]
+            ranges = None if txn_ranges is None else {p: txn_ranges[(t, p)] for p in offsets}
             try:
-                answer = describe_wal_pointers(b.host, b.port, t, offsets, timeout=self.timeout)
-            except (OSError, ValueError) as e:
-                log.warning("no fast-store pointers from broker %d for %s: %s; those offsets are fetched", leader, t, e)
+                answer = describe_wal_pointers(b.host, b.port, t, offsets, timeout=self.timeout, txn_ranges=ranges)
+            except (OSError, ValueError, struct.error) as e:
+                log.warning("no fast-store pointers%s from broker %d for %s: %s; those offsets are fetched",
+                            "" if ranges is None else " or aborted transactions", leader, t, e)
                 continue
             for p, w in answer.items():
-                if w.error_code == 0 and w.pointers:
+                if w.error_code != 0:
+                    log.info("DescribeWalPointers of %s-%d: error %d; those offsets are fetched", t, p, w.error_code)
+                elif w.pointers or ranges is not None:
                     out[(t, p)] = (w.store, tuple((x.key, x.position, x.size, x.crc, x.base_offset, x.last_offset)
-                                                  for x in w.pointers))
+                                                  for x in w.pointers), w.aborted, w.local_log_start_offset)
         return out
 
     # ---- remote segments ----

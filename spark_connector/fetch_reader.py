@@ -35,19 +35,32 @@ def transient(err) -> bool:
 
 def consumer_conf(opts: ReadOptions) -> dict:
     """Spark's kafkaParamsForExecutors with librdkafka names: the query's group id (never joined, nothing
-    committed), offsets only where the driver says (no reset), kafka.* options on top (e.g. client.rack)."""
+    committed), offsets only where the driver says (no reset), kafka.* options on top (e.g. client.rack), and
+    kafka.isolation.level, read_uncommitted unless set (Kafka's default, which Spark keeps; librdkafka's own default
+    is read_committed)."""
     conf = {"fetch.wait.max.ms": 100}
     conf.update(dict(opts.client.kafka_conf))
     conf["group.id"] = consumer_group_id(opts, "executor")
     conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": False,
-                 "auto.offset.reset": "error"})
+                 "auto.offset.reset": "error",
+                 "isolation.level": "read_committed" if opts.client.read_committed else "read_uncommitted"})
     return opts.client.conf(**conf)
 
 
 def fetch_range(opts: ReadOptions, topic: str, partition: int, start: int, end: int, builder) -> Iterator:
-    """Append records [start, end) of topic-partition to `builder`, yielding a RecordBatch whenever it is full."""
+    """Append records [start, end) of topic-partition to `builder`, yielding a RecordBatch whenever it is full.
+
+    The consumer never returns control batches (transaction markers), nor, with read_committed, records of aborted
+    transactions, so offsets have gaps and the last offsets of a range may never come: the range is done when a
+    record at or past `end` arrives or when the consumer's position (the next offset it would return, past the
+    skipped batches) reaches `end`."""
     from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
     c = Consumer(consumer_conf(opts))
+    tp = TopicPartition(topic, partition)
+
+    def position() -> int:
+        return c.position([tp])[0].offset        # OFFSET_INVALID (-1001) before anything was consumed
+
     try:
         c.assign([TopicPartition(topic, partition, start)])
         next_offset = start
@@ -56,6 +69,8 @@ def fetch_range(opts: ReadOptions, topic: str, partition: int, start: int, end: 
         while next_offset < end:
             msgs = c.consume(num_messages=min(10_000, end - next_offset), timeout=0.5)
             if not msgs:
+                if position() >= end:           # only skipped batches (markers, aborted records) were left
+                    break
                 if time.monotonic() > deadline:
                     raise TimeoutError(
                         f"Timed out after {opts.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs) fetching "
@@ -96,5 +111,7 @@ def fetch_range(opts: ReadOptions, topic: str, partition: int, start: int, end: 
                 next_offset = off + 1
                 if builder.full():
                     yield builder.take()
+            if next_offset < end and position() >= end:
+                break
     finally:
         c.close()

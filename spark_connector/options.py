@@ -38,6 +38,7 @@ _FORBIDDEN_WRITE = {
     "value.serializer": "Kafka option 'value.serializer' is not supported, as values are always written as byte "
                         "arrays.",
 }
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 _OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 _TIMESTAMPS_EXAMPLE = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
 _ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
@@ -75,6 +76,7 @@ class ClientOptions:
     broker_timeout_ms: int = 30_000
     fetch_offset_retries: int = 3          # fetchOffset.numRetries: attempts at an offset lookup
     fetch_offset_retry_interval_ms: int = 10   # fetchOffset.retryIntervalMs: pause between them
+    read_committed: bool = False           # kafka.isolation.level=read_committed (kept out of kafka_conf)
 
     def conf(self, **extra) -> dict:
         base = {"bootstrap.servers": self.bootstrap, "broker.address.family": "v4"}
@@ -194,6 +196,21 @@ def _client(opts: Mapping[str, str], forbidden: dict[str, str]) -> ClientOptions
                          _non_negative(opts, "fetchOffset.retryIntervalMs", 10))
 
 
+def _isolation(client: ClientOptions) -> ClientOptions:
+    """`kafka.isolation.level` of a read (Spark passes it to its consumers and to the AdminClient's ListOffsets):
+    read_uncommitted (the default, as in Spark: not librdkafka's read_committed) or read_committed. It is taken out
+    of the client properties: the connector sets it on the consumers that need it (the AdminClient would warn)."""
+    conf = dict(client.kafka_conf)
+    raw = conf.pop("isolation.level", None)
+    if raw is None:
+        return client
+    level = str(raw).strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise StrataOptionError(f"Invalid value {raw} for configuration isolation.level (option "
+                                f"'kafka.isolation.level'): String must be one of: {', '.join(ISOLATION_LEVELS)}")
+    return replace(client, kafka_conf=tuple(sorted(conf.items())), read_committed=level == "read_committed")
+
+
 def _strategy(opts: Mapping[str, str]) -> dict:
     given = [s for s in STRATEGIES if s in opts]
     if not given:
@@ -278,7 +295,7 @@ def parse_read_options(opts: Mapping[str, str], *, streaming: bool | None) -> Re
     """Validate the options of a batch (`streaming=False`) or streaming read; `None` checks only what both have in
     common (DataSource.schema(), called when the DataFrame is created, does not know which it is)."""
     opts = {k.lower(): v for k, v in opts.items()}
-    client = _client(opts, _FORBIDDEN_READ)
+    client = _isolation(_client(opts, _FORBIDDEN_READ))
     strategy = _strategy(opts)
     starting = _offset_spec(opts, "starting", "latest" if streaming else "earliest")
     if streaming is None:

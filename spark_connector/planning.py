@@ -55,12 +55,17 @@ class OffsetRange(InputPartition):
     """One Spark task: offsets [start, end) of one topic-partition, with the pieces that make it up."""
 
     def __init__(self, topic: str, partition: int, start: int, end: int, pieces: tuple = (),
-                 store: tuple | None = None, ts_lo: int | None = None, wal_store: tuple | None = None):
+                 store: tuple | None = None, ts_lo: int | None = None, wal_store: tuple | None = None,
+                 txn: tuple | None = None):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
         self.pieces = pieces
         self.store = store                # (url, ((name, value), ...)) when a piece is remote
         self.ts_lo = ts_lo                # batches whose maxTimestamp is below are skipped (Spark re-filters)
         self.wal_store = wal_store        # the fast store, (url, options), when a piece has WAL chunks
+        # read_committed with direct pieces: (the leader's local aborted transactions (producer id, first offset,
+        # last offset) overlapping the range, (segment start, end, key prefix) of the remote segments from the
+        # range's first remote piece on that have a .txnindex object); see transactions.py
+        self.txn = txn
 
     def sources(self) -> dict[str, int]:
         """Offsets this task reads from each source: the slow store, the fast store, Fetch."""
@@ -237,28 +242,41 @@ def make_ranges(opts: ReadOptions, cluster, ranges: list, ts_lo: int | None = No
     broker_configs = functools.cache(cluster.broker_configs)    # DescribeConfigs once, for both stores, if needed
     store = store_location(opts, cluster, broker_configs) if opts.direct_read and ranges else None
     segments: dict = {}
+    ids: dict = {}
     if store is not None:
         ids = cluster.topic_ids({t for t, _, _, _ in ranges})
         segments = cluster.remote_segments({TopicIdPartition(ids[t], t, p) for t, p, _, _ in ranges})
     pieces = {(t, p, s, e): remote_pieces(s, e, segments.get((t, p), ())) for t, p, s, e in ranges}
-    wal, wal_stores = {}, {}
+    committed = opts.client.read_committed
+    wal, wal_stores, txn = {}, {}, {}
     if opts.direct_read:                 # what is not tiered yet may be in the fast store (KIP-1176)
         starts: dict = {}
-        for (t, p, _, _), ps in pieces.items():
+        spans: dict = {}
+        for (t, p, s, e), ps in pieces.items():
+            lo, hi = spans.get((t, p), (s, e))
+            spans[(t, p)] = (min(lo, s), max(hi, e))
             for x in ps:
                 if x.key_prefix is None:
                     starts[(t, p)] = min(starts.get((t, p), x.start), x.start)
-        wal = cluster.wal_pointers(starts) if starts else {}
-        wal_stores = cluster.wal_store_locations(broker_configs()) if wal else {}
+        if committed:                    # every partition: its leader's aborted transactions, with the pointers
+            starts = {tp: starts.get(tp, hi) for tp, (_, hi) in spans.items()}
+        wal = cluster.wal_pointers(starts, spans if committed else None) if starts else {}
+        if committed:
+            from spark_connector.transactions import plan_read_committed
+            pieces, txn = plan_read_committed(store, pieces, segments, wal, lambda tps: cluster.remote_segments(
+                {TopicIdPartition(ids[t], t, p) for t, p in tps}))
+        if any(w[1] for w in wal.values()):
+            wal_stores = cluster.wal_store_locations(broker_configs())
     out = []
     for (t, p, s, e), ps in pieces.items():
-        name, pointers = wal.get((t, p), ("", ()))
+        name, pointers = wal[(t, p)][:2] if (t, p) in wal else ("", ())
         wal_store = wal_stores.get(name)
         if wal_store is not None:
             ps = wal_pieces(ps, pointers)
         remote = any(x.key_prefix for x in ps)
-        out.append(OffsetRange(t, p, s, e, ps, store if remote else None, ts_lo,
-                               wal_store if any(x.wal for x in ps) else None))
+        has_wal = any(x.wal for x in ps)
+        out.append(OffsetRange(t, p, s, e, ps, store if remote else None, ts_lo, wal_store if has_wal else None,
+                               txn.get((t, p, s, e)) if remote or has_wal else None))
     if any(r.store for r in out):
         check_store(next(r for r in out if r.store))
     if out:
@@ -308,7 +326,9 @@ def plan_batch(opts: ReadOptions, bounds: Bounds) -> list[OffsetRange]:
                                  f"earliest available offset is {earliest[tp]}")
                 start[tp] = earliest[tp]
             if end[tp] > latest[tp]:
-                raise StrataOptionError(f"endingOffsets for {tp[0]}-{tp[1]} is {end[tp]}, beyond the latest offset "
+                what = "last stable offset (kafka.isolation.level=read_committed)" if opts.client.read_committed \
+                    else "latest offset"
+                raise StrataOptionError(f"endingOffsets for {tp[0]}-{tp[1]} is {end[tp]}, beyond the {what} "
                                         f"{latest[tp]}")
             if start[tp] > end[tp]:
                 raise StrataOptionError(
@@ -341,6 +361,9 @@ def plan_from_store(opts: ReadOptions, bounds: Bounds) -> list[OffsetRange]:
                                 "(e.g. {\"topic\":{\"0\":1000}}): 'latest', -1 and timestamps need a broker")
     if opts.starting.kind == "timestamp" or bounds.ts_lo is not None:
         raise StrataOptionError(f"{down}; starting offsets by timestamp (and timestamp filters) need a broker")
+    if opts.client.read_committed:
+        raise StrataOptionError(f"{down}; kafka.isolation.level=read_committed needs a broker (the last stable "
+                                "offset, and the aborted transactions whose markers are not tiered yet)")
     store = (opts.client.store_url, opts.client.store_options)
     try:
         sc = StoreClient(store[0], dict(store[1]))

@@ -32,17 +32,19 @@ def index_position(index: bytes, base_offset: int, target: int) -> int:
     return int(pos[i]) if i >= 0 else 0
 
 
-def walk_batches(buf: bytes, start: int, end: int, ts_lo: int | None, builder, key: str, next_offset: int):
+def walk_batches(buf: bytes, start: int, end: int, ts_lo: int | None, builder, key: str, next_offset: int,
+                 aborted=None):
     """Decode the complete v2 batches at the head of `buf` whose records fall in [start, end) into `builder`,
     yielding a RecordBatch whenever it fills. Returns (bytes consumed, the offset after the last batch seen,
-    whether a batch at or past `end` was reached). Control batches and batches wholly older than `ts_lo` are
-    skipped without decompressing. Shared by segment reads (this module) and WAL chunk reads (wal_reader.py)."""
+    whether a batch at or past `end` was reached). Control batches, batches wholly older than `ts_lo` and, with
+    read_committed (`aborted`, a transactions.AbortedFilter that sees every batch), batches of aborted transactions
+    are skipped without decompressing. Shared by segment reads (this module) and WAL chunk reads (wal_reader.py)."""
     from protocol.records import records_section
     from spark_connector.decode import decode_into
     mv = memoryview(buf)
     p, n = 0, len(buf)
     while n - p >= HEADER_SIZE:
-        (base, length, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, _pid, _pe, _seq,
+        (base, length, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, pid, _pe, _seq,
          count) = HEADER.unpack_from(buf, p)
         total = 12 + length
         if n - p < total:
@@ -50,7 +52,9 @@ def walk_batches(buf: bytes, start: int, end: int, ts_lo: int | None, builder, k
         if base >= end:
             return p, next_offset, True
         last = base + last_delta
-        if last >= start and not attrs & CONTROL_BIT and (ts_lo is None or max_ts >= ts_lo):
+        if aborted is not None and aborted.skip(last, attrs, pid, mv[p:p + total]):
+            pass
+        elif last >= start and not attrs & CONTROL_BIT and (ts_lo is None or max_ts >= ts_lo):
             if magic != 2:
                 raise ValueError(f"{key}: batch at offset {base} has magic {magic}, only v2 is supported")
             lat = attrs & TIMESTAMP_TYPE_BIT
@@ -74,6 +78,7 @@ class RemoteReader:
         self.fail = fail_on_data_loss
         self.gets = 0                 # ranged GETs of .log objects and their bytes (the benchmark prints them)
         self.bytes = 0
+        self._txn_indexes: dict[str, list] = {}     # read_committed: parsed .txnindex objects by key prefix
 
     def close(self) -> None:
         self.client.close()
@@ -83,9 +88,39 @@ class RemoteReader:
                                     f"({what}) is gone from the object store {self.client.url}, so offsets "
                                     f"[{piece.start}, {piece.end}) cannot be read")
 
-    def read(self, piece: Piece, builder, ts_lo: int | None = None) -> Iterator:
-        """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full."""
+    def _txn_index(self, key_prefix: str) -> list:
+        """A remote segment's aborted transactions (its .txnindex object, Kafka's AbortedTxn entries)."""
+        from storage.log.transaction_index import parse_entries
+        if key_prefix not in self._txn_indexes:
+            self._txn_indexes[key_prefix] = parse_entries(self.client.get(key_prefix + ".txnindex").result())
+        return self._txn_indexes[key_prefix]
+
+    def aborted(self, piece: Piece, builder, txn: tuple):
+        """read_committed: a transactions.AbortedFilter for the piece, from the .txnindex objects of its segment and
+        the later ones (`txn[1]`: (segment start, end, key prefix) of the remote segments that have one, in order)
+        until the search completes, and the leader's local entries (`txn[0]`). None (data loss reported) when an
+        index the planner listed is gone: the segments are being deleted."""
         from storage.objectstore.object_store import ObjectNotFound
+        from spark_connector.transactions import AbortedFilter, overlapping, search_indexes
+        local, indexes = txn
+        wanted = (self._txn_index(prefix) for _, seg_end, prefix in indexes if seg_end >= piece.start)
+        try:
+            found, _complete = search_indexes(wanted, piece.start, piece.end)
+        except ObjectNotFound:
+            self._gone(piece, builder, "a transaction index of it or of a later segment")
+            return None
+        return AbortedFilter(found + overlapping(local, piece.start, piece.end))
+
+    def read(self, piece: Piece, builder, ts_lo: int | None = None, txn: tuple | None = None) -> Iterator:
+        """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full.
+        With `txn` (read_committed: the range's aborted transactions, see aborted()) records of aborted transactions
+        are left out."""
+        from storage.objectstore.object_store import ObjectNotFound
+        aborted = None
+        if txn is not None:
+            aborted = self.aborted(piece, builder, txn)
+            if aborted is None:
+                return
         key = piece.key_prefix + ".log"
         position = 0
         if piece.start > piece.segment_start:
@@ -116,7 +151,8 @@ class RemoteReader:
             eof = len(data) < wanted or (size is not None and fetch_at >= size)
             pending = None if eof else self.client.get(key, fetch_at, fetch_at + self.chunk)
             buf = buf + data if buf else data
-            p, next_offset, done = yield from walk_batches(buf, start, end, ts_lo, builder, key, next_offset)
+            p, next_offset, done = yield from walk_batches(buf, start, end, ts_lo, builder, key, next_offset,
+                                                           aborted)
             buf = buf[p:]
             if eof and not done:
                 if buf:

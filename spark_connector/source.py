@@ -33,17 +33,20 @@ def read_range(opts: ReadOptions, part: OffsetRange) -> Iterator:
         return
     builder = RowBuilder(part.topic, part.partition, opts.include_headers)
     remote = wal = None
+    txn = part.txn if opts.client.read_committed else None     # the planner's aborted transactions (direct pieces)
+    if txn is None and opts.client.read_committed and any(p.key_prefix or p.wal for p in part.pieces):
+        raise RuntimeError(f"{part!r} has direct pieces but no aborted transactions for read_committed")
     try:
         for piece in part.pieces:
             if piece.key_prefix is not None and opts.direct_read:
                 if remote is None:
                     remote = RemoteReader(part.store, opts.chunk_bytes, opts.fail_on_data_loss)
-                yield from remote.read(piece, builder, part.ts_lo)
+                yield from remote.read(piece, builder, part.ts_lo, txn)
             elif getattr(piece, "wal", ()) and opts.direct_read:
                 from spark_connector.wal_reader import WalReader
                 if wal is None:
                     wal = WalReader(part.wal_store)
-                yield from wal.read(piece, builder, part.ts_lo)
+                yield from wal.read(piece, builder, part.ts_lo, None if txn is None else txn[0])
                 if wal.stopped_at is not None:          # collected or damaged: the rest by Fetch
                     yield from fetch_range(opts, part.topic, part.partition, wal.stopped_at, piece.end, builder)
             else:

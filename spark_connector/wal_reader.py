@@ -45,13 +45,17 @@ class WalReader:
     def close(self) -> None:
         self.client.close()
 
-    def read(self, piece, builder, ts_lo: int | None = None) -> Iterator:
+    def read(self, piece, builder, ts_lo: int | None = None, aborted: tuple | None = None) -> Iterator:
         """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full.
-        If an object is gone or a chunk is damaged, stop; `stopped_at` is then the first offset not read."""
+        If an object is gone or a chunk is damaged, stop; `stopped_at` is then the first offset not read.
+        With `aborted` (read_committed: the leader's aborted transactions (producer id, first offset, last offset)
+        overlapping the range, DescribeWalPointers v1) records of aborted transactions are left out."""
         import crc32c
 
         from storage.objectstore.object_store import ObjectNotFound
+        from spark_connector.transactions import AbortedFilter, overlapping
         self.stopped_at = None
+        txn_filter = None if aborted is None else AbortedFilter(overlapping(aborted, piece.start, piece.end))
         start, end = piece.start, piece.end
         gets = group_gets(piece.wal)
         pending = self.client.get(gets[0][0], gets[0][1], gets[0][2]) if gets else None
@@ -73,7 +77,7 @@ class WalReader:
                         pending.cancel()
                     return
                 used, next_offset, done = yield from walk_batches(chunk, start, end, ts_lo, builder, key,
-                                                                  next_offset)
+                                                                  next_offset, txn_filter)
                 if used != len(chunk) and not done:
                     raise ValueError(f"WAL chunk {key}@{ptr[1]} of {builder.topic}-{builder.partition} does not "
                                      f"end on a batch boundary although its CRC matches")

@@ -9,6 +9,7 @@ import importlib.util
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -119,3 +120,88 @@ def kafka_source_jars() -> list[str]:
         return [] if skip_reason() else spark_jars()
     except Exception:
         return []
+
+
+# ---- transactions (kafka.isolation.level) ---------------------------------------------------------------------------
+@dataclass
+class TxnDataset:
+    """What produce_transactions wrote: {offset: (value, fate)} of every data record, fate one of 'committed',
+    'aborted', 'open', 'plain' (non-transactional), and the last stable offset after it."""
+    records: dict
+    lso: int
+
+    def committed(self, start: int = 0, end: int | None = None) -> list[bytes]:
+        """What read_committed returns of [start, end) (end: the last stable offset), in offset order."""
+        end = self.lso if end is None else end
+        return [v for o, (v, fate) in sorted(self.records.items()) if start <= o < end and
+                fate in ("committed", "plain")]
+
+    def data(self, end: int) -> list[bytes]:
+        """What read_uncommitted returns below `end`: every data record (markers are never returned)."""
+        return [v for o, (v, _) in sorted(self.records.items()) if o < end]
+
+    def offsets(self, tag: bytes) -> list[int]:
+        """Offsets of the records of one transaction (values start with `tag`, e.g. b"c0-")."""
+        return sorted(o for o, (v, _) in self.records.items() if v.startswith(tag))
+
+
+def produce_transactions(bootstrap: str, topic: str, *, rounds: int = 12, per_txn: int = 30, size: int = 200,
+                         partition: int = 0) -> TxnDataset:
+    """Transactions interleaved on one partition, for read_committed reads. In log order:
+
+    - producer A opens a transaction (20 records) that is aborted only after `rounds` transactions of producer B
+      (committed and aborted in turn, plain records in between): its records sit segments before its marker;
+    - producer C opens one (10 records), B commits enough to fill a segment or two, then C aborts: its marker lands
+      in the last segment, which stays local (not tiered) while C's records may be tiered;
+    - producer D opens a transaction and never ends it (timeout 15 minutes): the last stable offset stays at its
+      first record; then plain records and a committed transaction of A, above the last stable offset.
+    The range [0, lso) thus ends with C's ABORT marker, so the last offset of a read_committed range is a marker."""
+    from confluent_kafka import Producer
+    out: dict = {}
+
+    def txn_producer(name: str) -> "Producer":
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{name}", "linger.ms": 5,
+                      "batch.num.messages": 40, "transaction.timeout.ms": 900_000, "broker.address.family": "v4"})
+        p.init_transactions(30)
+        return p
+
+    def send(p, values: list[bytes], fate: str) -> None:
+        def cb(err, msg):
+            assert err is None, err
+            out[msg.offset()] = (msg.value(), fate)
+        for v in values:
+            p.produce(topic, value=v, partition=partition, on_delivery=cb)
+        assert p.flush(30) == 0
+
+    def values(tag: str, n: int) -> list[bytes]:
+        return [f"{tag}-{i}:".encode().ljust(size, b".") for i in range(n)]
+
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                      "batch.num.messages": 40, "broker.address.family": "v4"})
+    a, b, c, d = (txn_producer(x) for x in "abcd")
+    a.begin_transaction()
+    send(a, values("a0", 20), "aborted")
+    for k in range(rounds):
+        b.begin_transaction()
+        send(b, values(f"b{k}", per_txn), "committed" if k % 2 == 0 else "aborted")
+        if k % 2 == 0:
+            b.commit_transaction(30)
+        else:
+            b.abort_transaction(30)
+        send(plain, values(f"p{k}", 3), "plain")
+    a.abort_transaction(30)
+    c.begin_transaction()
+    send(c, values("c0", 10), "aborted")
+    for k in range(2):
+        b.begin_transaction()
+        send(b, values(f"bb{k}", SEGMENT_BYTES // size), "committed")
+        b.commit_transaction(30)
+    c.abort_transaction(30)
+    d.begin_transaction()
+    send(d, values("d0", 5), "open")
+    lso = min(o for o, (_, fate) in out.items() if fate == "open")
+    send(plain, values("tail", 5), "plain")
+    a.begin_transaction()                   # A, committed, after the open one: above the last stable offset
+    send(a, values("a1", 5), "committed")
+    a.commit_transaction(30)
+    return TxnDataset(out, lso)

@@ -50,6 +50,9 @@ BOOT = {"kafka.bootstrap.servers": "127.0.0.1:1"}
     ({"subscribe": "a", "fetchOffset.retryIntervalMs": "-1"}, False,
      "'fetchOffset.retryIntervalMs', must be a non-negative integer"),
     ({"subscribe": "a", "groupIdPrefix": " "}, False, "Option 'groupIdPrefix' is empty"),
+    ({"subscribe": "a", "kafka.isolation.level": "serializable"}, None,
+     "Invalid value serializable for configuration isolation.level (option 'kafka.isolation.level'): String must be "
+     "one of: read_uncommitted, read_committed"),
 ])
 def test_bad_read_options(options, streaming, message):
     with pytest.raises(StrataOptionError) as e:
@@ -200,3 +203,22 @@ def test_store_location_defaults_to_the_brokers_absolute_url(tiered_broker):
     opts = parse_read_options({"kafka.bootstrap.servers": tiered_broker.bootstrap, "subscribe": "x",
                                "strata.store.url": "file:///elsewhere"}, streaming=False)
     assert store_location(opts, cluster) == ("file:///elsewhere", ())
+
+
+def test_isolation_level(tmp_path):
+    """kafka.isolation.level: read_uncommitted by default (Spark's, not librdkafka's read_committed), given to the
+    executors' consumers, kept out of the other clients' properties; read_committed needs a broker."""
+    from spark_connector.fetch_reader import consumer_conf
+    from spark_connector.planning import plan_batch
+    from spark_connector.pushdown import Bounds
+    o = parse_read_options({**BOOT, "subscribe": "a"}, streaming=False)
+    assert not o.client.read_committed and consumer_conf(o)["isolation.level"] == "read_uncommitted"
+    o = parse_read_options({**BOOT, "subscribe": "a", "kafka.isolation.level": " Read_Committed",
+                            "kafka.client.rack": "r"}, streaming=True)
+    assert o.client.read_committed and consumer_conf(o)["isolation.level"] == "read_committed"
+    assert dict(o.client.kafka_conf) == {"client.rack": "r"} and "isolation.level" not in o.client.conf()
+    down = parse_read_options({**BOOT, "subscribe": "a", "kafka.isolation.level": "read_committed",
+                               "strata.store.url": f"file://{tmp_path}", "endingOffsets": '{"a":{"0":5}}'},
+                              streaming=False)
+    with pytest.raises(StrataOptionError, match="read_committed needs a broker"):
+        plan_batch(down, Bounds())

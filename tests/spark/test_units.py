@@ -230,3 +230,68 @@ def test_push_filters_turns_comparisons_into_exact_bounds():
     odd = GreaterThan(part, "x")                         # not an integer literal: left to Spark, bounds unchanged
     b, rest = push_filters([odd])
     assert rest == [odd] and b == Bounds()
+
+
+def test_read_committed_filter_drops_aborted_transactions_like_kafkas_consumer():
+    """AbortedFilter in walk_batches: a transaction aborted before the piece starts is dropped from its first batch
+    on, a producer's later transaction (committed) is kept after its ABORT marker, other producers' batches and
+    non-transactional ones are kept, markers never come back; the filter sees batches below the piece's start too."""
+    from protocol.record_batch import TRANSACTIONAL_BIT, assign_offset
+    from protocol.records import build_control_batch
+    from spark_connector.remote_reader import walk_batches
+    from spark_connector.transactions import AbortedFilter, overlapping, search_indexes
+    from storage.log.transaction_index import AbortedTxn
+
+    log, offset, fates = b"", 0, {}
+
+    def data(pid: int, n: int, fate: str) -> None:
+        nonlocal log, offset
+        txn = pid >= 0
+        log += build_records_batch([(None, b"x")] * n, compression.LZ4, base_offset=offset, producer_id=pid,
+                                   producer_epoch=0 if txn else -1, attributes=TRANSACTIONAL_BIT if txn else 0)
+        fates.update({o: fate for o in range(offset, offset + n)})
+        offset += n
+
+    def marker(pid: int, commit: bool) -> int:
+        nonlocal log, offset
+        b = bytearray(build_control_batch(pid, 0, 0, commit, 1_700_000_000_000))
+        assign_offset(b, 0, offset, 0)
+        log += bytes(b)
+        offset += 1
+        return offset - 1
+
+    data(7, 5, "aborted")         # 0-4  pid 7, aborted at 13
+    data(-1, 3, "plain")          # 5-7
+    data(8, 4, "committed")       # 8-11 pid 8, committed at 12
+    marker(8, True)               # 12
+    m7 = marker(7, False)         # 13
+    data(7, 4, "committed")       # 14-17 pid 7 again, committed at 18
+    marker(7, True)               # 18
+    data(8, 2, "aborted")         # 19-20 pid 8, aborted at 21
+    m8 = marker(8, False)         # 21
+    data(-1, 2, "plain")          # 22-23
+    entries = [AbortedTxn(7, 0, m7, 8), AbortedTxn(8, 19, m8, 22)]
+
+    def read(start: int, end: int, aborted) -> list[int]:
+        builder = RowBuilder("t", 0, False)
+        gen = walk_batches(log, start, end, None, builder, "k", start, aborted)
+        try:
+            while True:
+                next(gen)
+        except StopIteration:
+            pass
+        got = builder.take()
+        return [] if got is None else got.column("offset").to_pylist()
+
+    committed = [o for o, f in sorted(fates.items()) if f != "aborted"]
+    for start, end in ((0, offset), (2, offset), (6, 20), (14, 22)):
+        found, _ = search_indexes([entries], start, end)
+        assert read(start, end, AbortedFilter(found)) == [o for o in committed if start <= o < end], (start, end)
+    # read_uncommitted: every data record, markers never
+    assert read(0, offset, None) == sorted(fates)
+    # the search stops at the first entry whose last stable offset reaches the end; overlap filters local entries
+    assert search_indexes([entries, [AbortedTxn(9, 30, 31, 40)]], 0, 5) == ([(7, 0, 13)], True)
+    assert search_indexes([entries], 14, 19) == ([], True)      # Kafka's rule: any entry's LSO, overlapping or not
+    assert search_indexes([entries], 14, 30) == ([(8, 19, 21)], False)
+    assert overlapping([(7, 0, 13), (8, 19, 21)], 14, 19) == []
+    assert overlapping([(7, 0, 13), (8, 19, 21)], 13, 20) == [(7, 0, 13), (8, 19, 21)]

@@ -278,13 +278,17 @@ def test_mutated_describe_wal_pointers_requests_decode_or_raise_malformed():
     raw = struct.pack(">ii", 1 << 20, 2) + struct.pack(">h", 3) + b"abc" + struct.pack(">iiq", 1, 0, 7) + \
         struct.pack(">h", 1) + b"x" + struct.pack(">iiqiq", 2, 1, 5, 2, 0)
     assert decode(raw, 0) == (1 << 20, [("abc", [(0, 7)]), ("x", [(1, 5), (2, 0)])])
+    # v1 (read_committed readers): an isolation level, and a transaction range per partition
+    raw1 = struct.pack(">ibi", 1 << 20, 1, 1) + struct.pack(">h", 1) + b"x" + struct.pack(">iiqqq", 1, 3, 5, 0, 9)
+    assert decode(raw1, 0, 1) == (1 << 20, 1, [("x", [(3, 5, 0, 9)])])
     rng = random.Random(21332)
     decoded = refused = 0
-    for _ in range(2000):
-        data = _mutate(rng, raw)
-        try:
-            decode(data, 0)
-            decoded += 1
-        except MalformedRequest:
-            refused += 1
+    for version, data in ((0, raw), (1, raw1)):
+        for _ in range(2000):
+            mutated = _mutate(rng, data)
+            try:
+                decode(mutated, 0, version)
+                decoded += 1
+            except MalformedRequest:
+                refused += 1
     assert decoded and refused
