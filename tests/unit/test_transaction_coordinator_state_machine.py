@@ -314,3 +314,33 @@ def test_transaction_coordinator_state_machine():
 @pytest.mark.slow
 def test_transaction_coordinator_state_machine_long():
     _run(600, 120)
+
+
+def test_end_txn_while_the_markers_are_written_is_concurrent_transactions():
+    """Kafka 4.1: while a commit's markers are written, an EndTxn with a valid epoch is CONCURRENT_TRANSACTIONS
+    (the Java producer retries it), also a version 2 abort with the epoch the commit answered; once the markers are
+    in, that abort bumps the epoch again. It used to be PRODUCER_FENCED (v5) or INVALID_TXN_STATE (v4)."""
+    m = CoordinatorMachine()
+    try:
+        c = m.coordinator
+
+        def call(coro):
+            task = m.loop.create_task(coro)
+            for _ in range(5):
+                m.loop.run_until_complete(asyncio.sleep(0))
+                m.part.replicate(True)
+            return task.result()
+        err, pid, epoch = call(c.init_producer_id("a", TIMEOUT_MS, None))
+        assert (err, epoch) == (0, 0)
+        assert call(c.add_partitions("a", pid, 0, {("t", 0)}, client_version=2)) == 0
+        assert call(c.end_txn("a", pid, 0, True, client_version=2)) == (0, pid, 1)
+        assert c.txns["a"].state == S.PREPARE_COMMIT                     # markers not delivered yet
+        assert call(c.end_txn("a", pid, 1, False, client_version=2))[0] == ErrorCode.concurrent_transactions
+        assert call(c.end_txn("a", pid, 0, True, client_version=2))[0] == ErrorCode.concurrent_transactions
+        assert call(c.end_txn("a", pid, 1, False, client_version=1))[0] == ErrorCode.concurrent_transactions
+        assert call(c.end_txn("a", pid, 2, False, client_version=2))[0] == ErrorCode.producer_fenced
+        call(c.complete_after_markers("a", m.coordinator.markers.sent["a"][-1][0]))
+        assert c.txns["a"].state == S.COMPLETE_COMMIT
+        assert call(c.end_txn("a", pid, 1, False, client_version=2)) == (0, pid, 2)
+    finally:
+        m.teardown()
