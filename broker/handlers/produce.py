@@ -102,14 +102,14 @@ def _needs_verification(broker, topics) -> dict:
 
 
 async def _verify_then_produce(broker, req, parsed, need: dict):
-    from broker.transactions.verification import client_error, verify
+    from broker.transactions.verification import add_or_verify, client_error
     pid, epoch, _ = next(iter(need.values()))
-    answers = await verify(broker, parsed[0], pid, epoch, set(need), add=req.api_version >= 12)
+    add = req.api_version >= 12
+    answers = await add_or_verify(broker, parsed[0], pid, epoch, lambda: {
+        tp: guard for tp, (_, _, guard) in _needs_verification(broker, parsed[3]).items()}, add)
     generic = req.api_version > 10         # Kafka's genericError: these clients know TRANSACTION_ABORTABLE
-    verified = {}
-    for tp, (_, _, guard) in need.items():
-        code = answers.get(tp, ErrorCode.invalid_txn_state)
-        verified[tp] = (client_error(code, generic) if code else 0, guard)
+    verified = {tp: (client_error(code, generic, epoch_bump=add) if code else 0, guard)
+                for tp, (code, guard) in answers.items()}
     result = _produce(broker, req, parsed, verified)
     return await result if inspect.isawaitable(result) else result
 

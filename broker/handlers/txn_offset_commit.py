@@ -6,7 +6,7 @@ offsets). Generation and member are checked like OffsetCommit's when the produce
 from __future__ import annotations
 
 from broker.groups.metadata_store import OFFSETS_TOPIC
-from broker.transactions.verification import client_error, verify
+from broker.transactions.verification import add_or_verify, client_error
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -59,9 +59,8 @@ async def _verify(broker, body, add: bool) -> tuple[int, object]:
     part = broker.replicas.get(OFFSETS_TOPIC, p)
     if part is None or not part.is_leader:
         return 0, None                     # the group coordinator answers NOT_COORDINATOR
-    guard = part.log.producer_state.start_verification(body.producer_id, body.producer_epoch)
-    if guard is None:
-        return 0, None                     # its transaction is open in that partition already
-    answer = await verify(broker, body.transactional_id, body.producer_id, body.producer_epoch, {(OFFSETS_TOPIC, p)},
-                          add=add)
-    return answer.get((OFFSETS_TOPIC, p), ErrorCode.invalid_txn_state), guard
+    def guards() -> dict:                  # none when its transaction is open in that partition already
+        guard = part.log.producer_state.start_verification(body.producer_id, body.producer_epoch)
+        return {} if guard is None else {(OFFSETS_TOPIC, p): guard}
+    answers = await add_or_verify(broker, body.transactional_id, body.producer_id, body.producer_epoch, guards, add)
+    return answers.get((OFFSETS_TOPIC, p), (0, None))

@@ -10,6 +10,8 @@ TXN_DEFAULTS: dict[str, str] = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
     "transaction.partition.verification.enable": "true",
     "request.timeout.ms": "30000",
+    "add.partitions.to.txn.retry.backoff.ms": "20",
+    "add.partitions.to.txn.retry.backoff.max.ms": "100",
     # the `transaction.version` feature level (Kafka sets it with kafka-storage format / kafka-features; a new Kafka
     # 4 cluster has 2): finalized in ApiVersions, so Kafka 4's clients use transaction version 2 when it is 2
     "transaction.version": "2",

@@ -72,6 +72,8 @@ class TransactionCoordinator:
         self.verification_enabled = setting(config, "transaction.partition.verification.enable",
                                             TXN_DEFAULTS).strip().lower() == "true"
         self.transaction_version = min(max(_int(config, "transaction.version"), 0), 2)
+        self.add_retry_backoff_ms = max(_int(config, "add.partitions.to.txn.retry.backoff.ms"), 1)
+        self.add_retry_max_ms = _int(config, "add.partitions.to.txn.retry.backoff.max.ms")
         self._clock = clock or (lambda: int(time.time() * 1000))
         self.internal = InternalTopics(replicas)
         self.txns: dict[str, S.TransactionMetadata] = {}

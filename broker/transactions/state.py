@@ -139,8 +139,10 @@ class TransactionMetadata:
         pid, epoch = self.producer_id, self.producer_epoch
         if self.client_txn_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
             pid, epoch = self.next_producer_id, 0                  # the epoch overflowed: continue with a new id
-        return self._transit(state, pid, epoch, self.producer_epoch, self.txn_timeout_ms, (), self.txn_start_ms, now,
-                             client_version=self.client_txn_version)
+        # the last epoch stays (Kafka 4.1): after a version 2 end it is the epoch before the bump, so a producer that
+        # never saw EndTxn's answer recovers with InitProducerId naming it (KIP-360)
+        return self._transit(state, pid, epoch, self.last_producer_epoch, self.txn_timeout_ms, (), self.txn_start_ms,
+                             now, client_version=self.client_txn_version)
 
     def ended_as(self) -> tuple[int, int]:
         """(producer id, epoch) the producer continues with after this transaction ends (EndTxn v5's answer)."""

@@ -10,6 +10,7 @@ the append then fails (storage/log/producer_state.py).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from broker.groups.metadata_store import partition_for
@@ -30,7 +31,7 @@ def fenced_as_invalid_epoch(code: int, old_client: bool) -> int:
     return ErrorCode.invalid_producer_epoch if old_client and code == ErrorCode.producer_fenced else code
 
 
-def client_error(code: int, generic: bool, produce: bool = True) -> int:
+def client_error(code: int, generic: bool, produce: bool = True, epoch_bump: bool = False) -> int:
     """A coordinator's verification answer as the producer sees it. `generic`: the client knows
     TRANSACTION_ABORTABLE (Produce v11+, TxnOffsetCommit v4+); older ones get INVALID_TXN_STATE. Retriable
     coordinator errors are NOT_ENOUGH_REPLICAS for a Produce (ReplicaManager); a TxnOffsetCommit gets them as they are,
@@ -41,6 +42,8 @@ def client_error(code: int, generic: bool, produce: bool = True) -> int:
         return ErrorCode.invalid_txn_state
     if not produce:
         return ErrorCode.coordinator_load_in_progress if code == ErrorCode.network_exception else code
+    if code == ErrorCode.concurrent_transactions and epoch_bump:
+        return code                      # transaction version 2's clients retry it (Kafka 4.1's ReplicaManager)
     if code in _RETRIABLE:
         return ErrorCode.not_enough_replicas
     return code
@@ -81,3 +84,25 @@ async def verify(broker, transactional_id: str, producer_id: int, producer_epoch
                 if (t.name, r.partition_index) in out:
                     out[(t.name, r.partition_index)] = int(r.partition_error_code)
     return out
+
+
+async def add_or_verify(broker, transactional_id: str, producer_id: int, producer_epoch: int, start_guards,
+                        add: bool) -> dict:
+    """{(topic, partition): (coordinator's answer, guard)} for the partitions `start_guards()` names ({tp: guard},
+    a fresh guard where a marker voided the last one). Adding for transaction version 2 is retried on the broker
+    while the coordinator answers CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being
+    written), every `add.partitions.to.txn.retry.backoff.ms` up to `add.partitions.to.txn.retry.backoff.max.ms`,
+    as Kafka's ReplicaManager does, each try with the guards as they are then."""
+    coordinator = broker.transactions
+    waited = 0
+    while True:
+        guards = start_guards()
+        if not guards:
+            return {}
+        answers = await verify(broker, transactional_id, producer_id, producer_epoch, set(guards), add=add)
+        out = {tp: (answers.get(tp, ErrorCode.invalid_txn_state), g) for tp, g in guards.items()}
+        if not add or waited >= coordinator.add_retry_max_ms or \
+                any(code != ErrorCode.concurrent_transactions for code, _ in out.values()):
+            return out
+        await asyncio.sleep(coordinator.add_retry_backoff_ms / 1000)
+        waited += coordinator.add_retry_backoff_ms

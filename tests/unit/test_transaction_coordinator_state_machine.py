@@ -344,3 +344,69 @@ def test_end_txn_while_the_markers_are_written_is_concurrent_transactions():
         assert call(c.end_txn("a", pid, 1, False, client_version=2)) == (0, pid, 2)
     finally:
         m.teardown()
+
+
+class _Leader:
+    leader = 0
+
+
+class _TxnTopicInfo:
+    partitions = 1
+
+    def partition(self, p):
+        return _Leader()
+
+
+class _Broker:
+    node_id = 0
+
+    def __init__(self, coordinator):
+        self.transactions = coordinator
+        self.topics = {TXN_TOPIC: _TxnTopicInfo()}
+
+
+def test_version_2_add_is_retried_while_the_markers_are_written_and_recovers_with_kip_360():
+    """A leader adding a partition for the next version 2 transaction while the previous one's markers are written
+    retries CONCURRENT_TRANSACTIONS itself (add.partitions.to.txn.retry.backoff.ms), and passes it on to a version 2
+    client only after add.partitions.to.txn.retry.backoff.max.ms. A producer that never saw EndTxn v5's answer
+    recovers with InitProducerId naming the epoch before the bump (KIP-360: the last epoch stays after Complete)."""
+    from broker.transactions.verification import add_or_verify, client_error
+    m = CoordinatorMachine()
+    try:
+        c = m.coordinator
+        broker = _Broker(c)
+        guard = object()
+
+        def run(coro, deliver_after: float | None = None):
+            async def go():
+                task = asyncio.get_running_loop().create_task(coro)
+                t0 = asyncio.get_running_loop().time()
+                delivering = None
+                while not task.done():
+                    m.part.replicate(True)
+                    if deliver_after is not None and asyncio.get_running_loop().time() - t0 >= deliver_after and \
+                            delivering is None:
+                        delivering = asyncio.get_running_loop().create_task(
+                            c.complete_after_markers("a", c.markers.sent["a"][-1][0]))
+                    await asyncio.sleep(0.005)
+                return task.result()
+            return m.loop.run_until_complete(go())
+        err, pid, _ = run(c.init_producer_id("a", TIMEOUT_MS, None))
+        assert run(c.add_partitions("a", pid, 0, {("t", 0)}, client_version=2)) == 0
+        assert run(c.end_txn("a", pid, 0, True, client_version=2)) == (0, pid, 1)
+        # markers never written: CONCURRENT_TRANSACTIONS after the retries, as it is for a version 2 client
+        answers = run(add_or_verify(broker, "a", pid, 1, lambda: {("t", 1): guard}, add=True))
+        assert answers == {("t", 1): (ErrorCode.concurrent_transactions, guard)}
+        assert client_error(ErrorCode.concurrent_transactions, True, epoch_bump=True) == \
+            ErrorCode.concurrent_transactions
+        assert client_error(ErrorCode.concurrent_transactions, True) == ErrorCode.not_enough_replicas
+        # the markers are written 40 ms in: a retry adds the partition
+        answers = run(add_or_verify(broker, "a", pid, 1, lambda: {("t", 1): guard}, add=True), deliver_after=0.04)
+        assert answers == {("t", 1): (0, guard)}
+        assert c.txns["a"].partitions == {("t", 1)}
+        assert run(c.end_txn("a", pid, 1, False, client_version=2)) == (0, pid, 2)
+        run(c.complete_after_markers("a", c.markers.sent["a"][-1][0]))
+        # the producer missed that answer: it recovers naming epoch 1, and gets epoch 2 (not fenced)
+        assert run(c.init_producer_id("a", TIMEOUT_MS, (pid, 1))) == (0, pid, 2)
+    finally:
+        m.teardown()
