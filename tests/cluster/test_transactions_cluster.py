@@ -223,3 +223,29 @@ def test_zombie_fenced_across_brokers(txn_cluster):
         zombie.produce(topic, value=b"late", partition=0)
         zombie.commit_transaction(20)
     assert read_committed(c.bootstrap, topic, 1) == [b"fresh"]
+
+
+def test_a_coordinator_that_cannot_load_is_a_clear_error_not_a_hang(tmp_path):
+    """One broker of a cluster, with transaction.state.log.replication.factor 3: `__transaction_state` is never
+    created with fewer replicas (as Kafka), so no coordinator can load and FindCoordinator answers
+    COORDINATOR_NOT_AVAILABLE. A transactional producer fails init_transactions with a retriable timeout within the
+    time it was given, and a plain producer is unaffected (issue 24: it used to be a hang)."""
+    from confluent_kafka import KafkaError
+    c = Cluster(tmp_path, 1).start()
+    try:
+        topic = "stuck-" + uuid.uuid4().hex[:8]
+        create(c, topic, partitions=1, rf=1)
+        p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "stuck"})
+        t0 = time.monotonic()
+        with pytest.raises(KafkaException) as e:
+            p.init_transactions(5)
+        took = time.monotonic() - t0
+        err = e.value.args[0]
+        assert err.code() == KafkaError._TIMED_OUT and err.retriable(), err
+        assert took < 15, took                   # the given timeout and some slack: never unbounded
+        plain = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        plain.produce(topic, value=b"x", partition=0)
+        assert plain.flush(10) == 0
+        assert "__transaction_state" not in plain.list_topics(timeout=10).topics
+    finally:
+        stop_and_check(c)
