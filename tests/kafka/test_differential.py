@@ -11,6 +11,7 @@ offsets in differential_data.py, consumer groups in differential_groups.py.
 from __future__ import annotations
 
 import struct
+import time
 import uuid
 
 import pytest
@@ -224,15 +225,26 @@ def _(s: Side):
     return [alter(s, TOPIC, t, ("retention.ms", 7, "1000")), describe_configs(s, TOPIC, t, ["retention.ms"])]
 
 
+def describe_until(s: Side, topic: str, key: str, value: str, timeout: float = 10):
+    """DescribeConfigs of one topic config until it shows `value` (or the time is up: the last answer): Kafka's
+    broker applies an altered config from its metadata log a moment after IncrementalAlterConfigs answers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = describe_configs(s, TOPIC, topic, [key])
+        if got[0][3] == [(key, value)] or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
 @scenario("incremental-alter-configs-list-ops")
 def _(s: Side):
     t = s.create()
     return [alter(s, TOPIC, t, ("cleanup.policy", APPEND, "compact")),
-            describe_configs(s, TOPIC, t, ["cleanup.policy"]),
+            describe_until(s, t, "cleanup.policy", "delete,compact"),
             alter(s, TOPIC, t, ("cleanup.policy", SUBTRACT, "delete")),
-            describe_configs(s, TOPIC, t, ["cleanup.policy"]),
+            describe_until(s, t, "cleanup.policy", "compact"),
             alter(s, TOPIC, t, ("cleanup.policy", DELETE, None)),
-            describe_configs(s, TOPIC, t, ["cleanup.policy"])]
+            describe_until(s, t, "cleanup.policy", "delete")]
 
 
 @scenario("alter-configs-legacy-bad-value", expect=("INVALID_CONFIG",))
