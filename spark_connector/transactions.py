@@ -70,13 +70,13 @@ def search_indexes(indexes, start: int, end: int) -> tuple[list, bool]:
     entries (lazily: a segment's index is fetched only when needed). Returns the (producer id, first offset, last
     offset) of those overlapping [start, end) and whether the search completed (an entry's last stable offset
     reached `end`: no later index can hold one that overlaps)."""
+    from storage.log.transaction_index import collect_aborted
     out = []
     for entries in indexes:
-        for e in entries:
-            if e.last_offset >= start and e.first_offset < end:
-                out.append((e.producer_id, e.first_offset, e.last_offset))
-            if e.last_stable_offset >= end:
-                return out, True
+        found, complete = collect_aborted(entries, start, end)
+        out += [(e.producer_id, e.first_offset, e.last_offset) for e in found]
+        if complete:
+            return out, True
     return out, False
 
 

@@ -78,15 +78,7 @@ class TransactionIndex:
             self._rewrite()
 
     def collect(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
-        """The aborted transactions overlapping [fetch_offset, upper_bound), and whether the search is complete (an
-        entry's last stable offset reached the upper bound: no later segment can hold one that overlaps)."""
-        out = []
-        for e in self.entries:
-            if e.last_offset >= fetch_offset and e.first_offset < upper_bound:
-                out.append(e)
-                if e.last_stable_offset >= upper_bound:
-                    return out, True
-        return out, False
+        return collect_aborted(self.entries, fetch_offset, upper_bound)
 
     def flush(self) -> None:
         if self._entries:
@@ -114,6 +106,20 @@ class TransactionIndex:
     def delete(self) -> None:
         self._entries = []
         self.path.unlink(missing_ok=True)
+
+
+def collect_aborted(entries, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
+    """Kafka's TransactionIndex.collectAbortedTxns over one index's entries: the aborted transactions overlapping
+    [fetch_offset, upper_bound), and whether the search is complete (an entry's last stable offset reached the upper
+    bound: every transaction with records below it had ended when that marker was written, so no later entry, here
+    or in a later segment, can overlap)."""
+    out = []
+    for e in entries:
+        if e.last_offset >= fetch_offset and e.first_offset < upper_bound:
+            out.append(e)
+        if e.last_stable_offset >= upper_bound:
+            return out, True
+    return out, False
 
 
 def parse_entries(data: bytes) -> list[AbortedTxn]:

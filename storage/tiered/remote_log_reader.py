@@ -20,7 +20,7 @@ from typing import Callable
 from protocol.record_batch import HEADER_SIZE, read_header
 from storage.log.log import OffsetOutOfRangeError
 from storage.log.log_segment import record_timestamps
-from storage.log.transaction_index import AbortedTxn, parse_entries
+from storage.log.transaction_index import AbortedTxn, collect_aborted, parse_entries
 from storage.tiered.remote_log_metadata import (RemoteLogSegmentMetadata, RemoteLogSegmentState,
                                                 RemoteResourceNotFoundException, RemoteStorageException)
 from storage.tiered.remote_storage_manager import IndexType
@@ -238,11 +238,10 @@ class RemoteLogReader:
         out: list[AbortedTxn] = []
         md = self.segment_for_offset(tip, lg, start) if tip is not None else None
         while md is not None:        # a transaction's entry is in its marker's segment, which may come later
-            for e in (await self._txn_index(md)).entries:
-                if e.last_offset >= start and e.first_offset < upper:
-                    out.append(e)
-                    if e.last_stable_offset >= upper:
-                        return out       # complete: no later entry can overlap (Kafka's TxnIndexSearchResult)
+            found, complete = collect_aborted((await self._txn_index(md)).entries, start, upper)
+            out += found
+            if complete:
+                return out               # no later entry can overlap (Kafka's TxnIndexSearchResult)
             md = self._next_segment(tip, md)
         seen = set(out)                  # a segment both uploaded and still local has its entries in both places
         return out + [e for e in lg.collect_aborted_transactions(start, upper) if e not in seen]
