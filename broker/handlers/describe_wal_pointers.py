@@ -40,8 +40,8 @@ READ_COMMITTED = 1
 
 
 def decode(buf, pos: int, version: int = 0) -> tuple:
-    """v0: (max_bytes, [(topic, [(partition, offset)])]); v1: (max_bytes, isolation_level, [(topic, [(partition,
-    offset, txn_start_offset, txn_end_offset)])])."""
+    """(max_bytes, isolation_level, [(topic, [(partition, offset, *v1's txn_start_offset, txn_end_offset)])]);
+    v0 has isolation level 0 and no transaction range."""
     max_bytes, pos = read_i32(buf, pos)
     isolation = 0
     if version >= 1:
@@ -67,16 +67,12 @@ def decode(buf, pos: int, version: int = 0) -> tuple:
         topics.append((name, parts))
     if pos != len(buf):
         raise MalformedRequest(f"{len(buf) - pos} bytes after the request")
-    return (max_bytes, isolation, topics) if version >= 1 else (max_bytes, topics)
+    return max_bytes, isolation, topics
 
 
 def handle(broker, req):
     version = req.api_version
-    if version >= 1:
-        max_bytes, isolation, topics = decode(req.frame, req.body_offset, version)
-    else:
-        max_bytes, topics = decode(req.frame, req.body_offset)
-        isolation = 0
+    max_bytes, isolation, topics = decode(req.frame, req.body_offset, version)
     out = [I32.pack(0), array_len(len(topics), False)]
     for name, parts in topics:
         out += [string(name, False), array_len(len(parts), False)]

@@ -136,9 +136,7 @@ class TransactionMetadata:
     def prepare_complete(self, now: int) -> TxnTransit:
         state = COMPLETE_COMMIT if self.state == PREPARE_COMMIT else COMPLETE_ABORT
         self.has_failed_epoch_fence = False
-        pid, epoch = self.producer_id, self.producer_epoch
-        if self.client_txn_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
-            pid, epoch = self.next_producer_id, 0                  # the epoch overflowed: continue with a new id
+        pid, epoch = self.ended_as()             # a new producer id at epoch 0 when version 2's epoch overflowed
         # the last epoch stays (Kafka 4.1): after a version 2 end it is the epoch before the bump, so a producer that
         # never saw EndTxn's answer recovers with InitProducerId naming it (KIP-360)
         return self._transit(state, pid, epoch, self.last_producer_epoch, self.txn_timeout_ms, (), self.txn_start_ms,

@@ -1,7 +1,7 @@
 """KIP-890 part 1: before a partition leader lets a producer's transaction begin in a partition, it asks the
-transaction coordinator whether the partition is in that transaction (with transaction version 2 it asks the
-coordinator to add it) (Kafka's AddPartitionsToTxnManager, with
-AddPartitionsToTxn v4 `verify_only` when the coordinator is another broker). A batch that fails is refused, so a late
+transaction coordinator whether the partition is in that transaction, or, for transaction version 2 (part 2), asks
+it to add the partition (Kafka's AddPartitionsToTxnManager, with AddPartitionsToTxn v4 `verify_only` / v5 when the
+coordinator is another broker). A batch that fails is refused, so a late
 or stray transactional write cannot leave a transaction open that no coordinator will ever end (a hanging
 transaction that would hold the last stable offset forever).
 

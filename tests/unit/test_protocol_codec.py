@@ -277,7 +277,7 @@ def test_mutated_describe_wal_pointers_requests_decode_or_raise_malformed():
     from broker.handlers.describe_wal_pointers import decode
     raw = struct.pack(">ii", 1 << 20, 2) + struct.pack(">h", 3) + b"abc" + struct.pack(">iiq", 1, 0, 7) + \
         struct.pack(">h", 1) + b"x" + struct.pack(">iiqiq", 2, 1, 5, 2, 0)
-    assert decode(raw, 0) == (1 << 20, [("abc", [(0, 7)]), ("x", [(1, 5), (2, 0)])])
+    assert decode(raw, 0) == (1 << 20, 0, [("abc", [(0, 7)]), ("x", [(1, 5), (2, 0)])])
     # v1 (read_committed readers): an isolation level, and a transaction range per partition
     raw1 = struct.pack(">ibi", 1 << 20, 1, 1) + struct.pack(">h", 1) + b"x" + struct.pack(">iiqqq", 1, 3, 5, 0, 9)
     assert decode(raw1, 0, 1) == (1 << 20, 1, [("x", [(3, 5, 0, 9)])])
