@@ -20,6 +20,8 @@ class Request:
     body_offset: int          # where the body starts in frame
     flexible: bool
     client_host: str | None = None   # "/ip" as Kafka shows it in DescribeGroups
+    principal: str = "User:ANONYMOUS"  # the authenticated principal (SASL or TLS), Kafka's KafkaPrincipal string
+    listener: str = ""                 # the name of the listener the request came in on
 
     def readonly(self) -> memoryview:
         """kio's native reader rejects writable buffers."""
