@@ -26,7 +26,7 @@ BROKER_REGISTRATION, BROKER_HEARTBEAT = 62, 63
 
 class BrokerLifecycle:
     def __init__(self, node_id: int, channel, topics, *, cluster_id: str, rack: str | None,
-                 endpoint: tuple[str, int], heartbeat_interval_ms: int = 2000, session_timeout_ms: int = 9000):
+                 endpoint: list[tuple[str, str, int, int]], heartbeat_interval_ms: int = 2000, session_timeout_ms: int = 9000):
         self.node_id, self.channel, self.topics = node_id, channel, topics
         self.cluster_id, self.rack, self.endpoint = cluster_id, rack, endpoint
         self.interval = heartbeat_interval_ms / 1000
@@ -45,8 +45,8 @@ class BrokerLifecycle:
         resp = await self.channel.send(BROKER_REGISTRATION, 0, {
             "broker_id": self.node_id, "cluster_id": self.cluster_id,
             "incarnation_id": uuid.UUID(self.incarnation_id),
-            "listeners": [{"name": "PLAINTEXT", "host": self.endpoint[0], "port": self.endpoint[1],
-                           "security_protocol": 0}],
+            "listeners": [{"name": name, "host": host, "port": port, "security_protocol": proto}
+                          for name, host, port, proto in self.endpoint],
             "features": [], "rack": self.rack}, timeout=self.request_timeout)
         if resp.error_code:
             raise ControllerUnavailable(f"registration refused: {resp.error_code.name}")

@@ -3,11 +3,14 @@ and the socket server together, and runs their start-up and shutdown in order (K
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import time
 import uuid
 
 from broker.fetch_session import FetchSessionCache
 from broker.replica_selector import load_selector
+from broker.security.authorizer import load_authorizer
 from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import load_handlers
 from broker.socket_server import KafkaConnection
@@ -15,6 +18,7 @@ from broker.metadata_publisher import MetadataPublisher
 from broker.topic_admin import create_through_controller, place, topic_records
 from broker.broker_lifecycle import BrokerLifecycle
 from broker.controller_channel import ControllerChannel, ControllerUnavailable
+from broker.security.broker_security import BrokerSecurity
 from metadata.cluster_control import ClusterControl
 from metadata.controller import PRODUCER_ID_BLOCK, LocalController
 from metadata.object_store_controller import ObjectStoreController
@@ -67,6 +71,7 @@ class Broker:
         self.cluster_mode = config.cluster_mode
         self.cluster_id = config.get("cluster.id") if self.cluster_mode else config.cluster_id()
         self.handlers = load_handlers()
+        self.security = BrokerSecurity(config)        # listeners, TLS, SASL (docs/security.md)
         config.log_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_control = None
         self.lifecycle = None
@@ -85,7 +90,11 @@ class Broker:
             self.controller = LocalController(config.log_dir, self.node_id)
         self.topics = MetadataCache(self.controller.image)
         self.controller.add_publisher(self.topics.update)
-        self.controller_channel = ControllerChannel(self.node_id, self.topics, config.listener)
+        lc = self.security.listeners
+        own = lc.by_name(lc.controller)
+        self.controller_channel = ControllerChannel(self.node_id, self.topics,
+                                                    (lc.advertised_of(own.name).host, own.port),
+                                                    listener=lc.controller, security=self.security.controller)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self.replicas = ReplicaManager(config, self.topics, create_topic=self.create_internal_topic)
         from prometheus_client import CollectorRegistry
@@ -106,10 +115,12 @@ class Broker:
             self._start_wal(config)
             self.lifecycle = BrokerLifecycle(self.node_id, self.controller_channel, self.topics,
                                              cluster_id=self.cluster_id, rack=config.get("broker.rack") or None,
-                                             endpoint=config.advertised,
+                                             endpoint=self._advertised_endpoints(with_protocol=True),
                                              heartbeat_interval_ms=config.get_int("broker.heartbeat.interval.ms"),
                                              session_timeout_ms=config.get_int("broker.session.timeout.ms"))
-            self.replicas.fetchers = ReplicaFetcherManager(FetchSettings.from_config(config), self.replicas,
+            settings = FetchSettings.from_config(config)
+            settings.security = self.security.inter_broker
+            self.replicas.fetchers = ReplicaFetcherManager(settings, self.replicas,
                                                            self._endpoint_of, self.wal_reader, self.traffic)
             self.replicas.alter_partitions = AlterPartitionManager(self.node_id, lambda: self.lifecycle.broker_epoch,
                                                                    self.controller_channel.send)
@@ -132,12 +143,21 @@ class Broker:
         self._txn_topic_task: asyncio.Task | None = None
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.replica_selector = load_selector(config.get("replica.selector.class"))
+        self.authorizer = load_authorizer(config)
         self.max_request_size = config.get_int("socket.request.max.bytes")
         self.connections: set[KafkaConnection] = set()
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self._reaper: asyncio.Task | None = None
         self._starting: asyncio.Task | None = None
         self._peer_connections: dict[int, BrokerConnection] = {}
         self.started_at = 0.0                   # event-loop time of start()
+
+    def _advertised_endpoints(self, with_protocol: bool = False) -> list[tuple]:
+        """(listener name, host, port[, security protocol code]) of every advertised listener: what registration
+        records, so each client is answered with the endpoints of the listener it came in on."""
+        codes = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+        return [(a.name, a.host, a.port, codes[a.security_protocol]) if with_protocol else (a.name, a.host, a.port)
+                for a in self.security.listeners.advertised]
 
     def request_name(self, api_key: int) -> str:
         """Kafka's ApiKeys name of an API (Produce, ListOffsets, ...), from its handler module's name."""
@@ -165,7 +185,8 @@ class Broker:
         endpoint = self._endpoint_of(broker_id)
         if conn is None or (conn.host, conn.port) != endpoint:
             conn = self._peer_connections[broker_id] = BrokerConnection(*endpoint,
-                                                                        client_id=f"strata-broker-{self.node_id}")
+                                                                        client_id=f"strata-broker-{self.node_id}",
+                                                                        security=self.security.inter_broker)
         return conn
 
     async def _produce_to_leader(self, leader_id: int, topic: str, partition: int, batch: bytes) -> int:
@@ -202,7 +223,7 @@ class Broker:
         reg = self.topics.image.brokers.get(broker_id)
         if reg is None:
             raise KeyError(f"broker {broker_id} is not registered")
-        return reg.endpoint()
+        return reg.endpoint(self.security.listeners.inter_broker)
 
     async def _allocate_producer_ids(self) -> int:
         if not self.cluster_mode:
@@ -278,8 +299,7 @@ class Broker:
         if self.cluster_mode:
             await self._start_cluster_member()
         else:
-            host, port = self.config.advertised
-            self.controller.register_broker(self.config.get("broker.rack") or None, host, port)
+            self.controller.register_broker(self.config.get("broker.rack") or None, self._advertised_endpoints())
             self._start_replicas()
             self._start_internal_users()
             await self._listen()
@@ -336,11 +356,28 @@ class Broker:
             log.info("metrics on http://%s:%d/metrics", self.config.listener[0], self._metrics_server.server_port)
 
     async def _listen(self) -> None:
-        host, port = self.config.listener
+        """One server per listener (Kafka's Acceptor per endpoint), TLS on SSL and SASL_SSL ones."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
-                                                backlog=1024)
-        log.info("Strata broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
+        for lst in self.security.listeners.listeners:
+            server = await loop.create_server(functools.partial(KafkaConnection, self, lst), lst.host or None,
+                                              lst.port, reuse_address=True, backlog=1024,
+                                              ssl=self.security.server_contexts.get(lst.name))
+            self._servers.append(server)
+            log.info("Strata broker %d listening on %s://%s:%d (%s; cluster %s)", self.node_id, lst.name,
+                     lst.host, lst.port, lst.security_protocol, self.cluster_id)
+        self._reaper = loop.create_task(self._close_idle_connections())
+
+    async def _close_idle_connections(self) -> None:
+        """Close connections idle for connections.max.idle.ms (Kafka's Selector does; -1 never), which also ends
+        connections that never finish authenticating."""
+        idle = self.config.get_int("connections.max.idle.ms") / 1000
+        if idle < 0:
+            return
+        while True:
+            await asyncio.sleep(max(0.05, min(idle / 4, 30.0)))
+            cutoff = time.monotonic() - idle
+            for conn in [c for c in self.connections if c.last_active < cutoff and not c.queue]:
+                conn.close("idle for more than connections.max.idle.ms=%d", int(idle * 1000))
 
     async def stop(self) -> None:
         if self._starting is not None:
@@ -357,8 +394,10 @@ class Broker:
         self.transactions.stop()
         if self._txn_topic_task is not None:
             self._txn_topic_task.cancel()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
         for conn in list(self.connections):
             conn.transport.close()
         if self.remote_log_manager is not None:

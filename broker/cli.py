@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import logging
 import os
+import ssl
 import signal
 import sys
 
@@ -74,12 +75,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         env = env_properties(dict(os.environ), args.env_prefix) if args.env_prefix else None
         config = BrokerConfig.load(args.config, args.override, env)
-    except (OSError, ValueError) as e:
+        from broker.security.authorizer import load_authorizer
+        from broker.security.broker_security import BrokerSecurity
+        load_authorizer(config)          # an unknown authorizer.class.name or a malformed super.users: one line
+        if not args.print_config:
+            BrokerSecurity(config)       # listeners, TLS stores, SASL credentials for other brokers
+    except (OSError, ValueError, ssl.SSLError) as e:
         print(f"strata: bad configuration: {e}", file=sys.stderr)
         return 2
     if args.print_config:
+        from broker.config import is_sensitive
         for k in sorted(config.props):
-            print(f"{k}={config.props[k]}")
+            print(f"{k}={'[hidden]' if is_sensitive(k) else config.props[k]}")
         return 0
     try:
         import uvloop

@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from broker.replica_selector import load_selector
+from broker.security.listeners import SECURITY_DEFAULTS
 from replication.remote_wal import WAL_DEFAULTS
 from replication.traffic_metrics import PRICE_DEFAULTS
 from broker.transactions.config import TXN_DEFAULTS
@@ -74,6 +75,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     **CLEANER_DEFAULTS,              # log.cleaner.*: the cleaner's own defaults, one list
     **WAL_DEFAULTS,                  # remote.wal.*: active-segment replication through the fast store (KIP-1176)
     **PRICE_DEFAULTS,                # cost.*: list prices behind strata_cost_dollars_total
+    **SECURITY_DEFAULTS,             # listeners' security, SASL, TLS and the authorizer (docs/security.md)
 }
 
 # Broker configs an operator may change at run time (`strata configs --alter --entity-type brokers`, Kafka's
@@ -84,6 +86,17 @@ BROKER_DEFAULTS: dict[str, str] = {
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     {d.broker_name for d in TOPIC_CONFIGS.values() if not d.broker_name.startswith("remote.")} |
     {"log.retention.hours", "log.retention.minutes", "log.roll.hours"})
+
+
+_SENSITIVE_WORDS = ("secret", "password", "token", "access.key", "credential", "sasl.jaas.config", "ssl.keystore.key",
+                    "ssl.keystore.certificate.chain", "ssl.truststore.certificates")
+
+
+def is_sensitive(name: str) -> bool:
+    """Kafka's PASSWORD-type configs (answered with a null value and isSensitive=true, shown as [hidden] in logs):
+    key and store passwords, inline PEM keys and certificates, JAAS configs (with per-listener names), and
+    Strata's object store credentials (`remote.log.storage.manager.store.secret.access.key` and the like)."""
+    return any(w in name for w in _SENSITIVE_WORDS)
 
 
 def setting(config, key: str, defaults: dict[str, str]) -> str:
@@ -97,18 +110,7 @@ _HOURS = 3_600_000
 _MINUTES = 60_000
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java .properties subset: `key=value` or `key: value`, `#`/`!` comments, blank lines."""
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if sep < 0:
-            raise ValueError(f"config line has no '=': {raw!r}")
-        out[line[:sep].strip()] = line[sep + 1:].strip()
-    return out
+from protocol.properties import parse_properties  # noqa: E402  (re-exported: the broker's files use it too)
 
 
 def env_properties(environ: dict[str, str], prefix: str = "STRATA_") -> dict[str, str]:

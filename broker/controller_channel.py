@@ -13,6 +13,7 @@ import logging
 
 from protocol import kio_codec
 from protocol.client import BrokerConnection, ConnectionFailed
+from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.controller_channel")
 
@@ -22,9 +23,11 @@ class ControllerUnavailable(Exception):
 
 
 class ControllerChannel:
-    def __init__(self, node_id: int, topics, own_endpoint: tuple[str, int], *, request_timeout: float = 30.0):
+    def __init__(self, node_id: int, topics, own_endpoint: tuple[str, int], *, request_timeout: float = 30.0,
+                 listener: str = "", security=None):
         self.node_id = node_id
         self.own_endpoint = own_endpoint
+        self.listener, self.security = listener, security    # controller.listener.names, and how to secure it
         self.topics = topics                     # the MetadataCache: image.controller_id and the registrations
         self.request_timeout = request_timeout
         self._conn: BrokerConnection | None = None
@@ -39,12 +42,12 @@ class ControllerChannel:
             reg = image.brokers.get(controller)
             if reg is None:
                 raise ControllerUnavailable(f"no reachable controller (controller id {controller})")
-            endpoint = reg.endpoint()
+            endpoint = reg.endpoint(self.listener)
         key = (controller, endpoint)
         if self._conn_for != key:
             if self._conn is not None:
                 self._conn.close()
-            self._conn = BrokerConnection(*endpoint, client_id=f"strata-broker-{self.node_id}")
+            self._conn = BrokerConnection(*endpoint, client_id=f"strata-broker-{self.node_id}", security=self.security)
             self._conn_for = key
         return self._conn
 
@@ -56,14 +59,19 @@ class ControllerChannel:
             raise ControllerUnavailable(str(e)) from None
 
     async def forward(self, req) -> bytes:
-        """A client's request, passed to the controller as it came; the controller's response body."""
-        body = memoryview(req.frame)[req.body_offset:]
+        """A client's request, passed to the controller as it came inside an Envelope (KIP-590) that names the
+        client's principal and address, so the controller authorizes the client; the controller's response body."""
+        from broker.handlers.envelope import wrap
         try:
-            resp = await self._connection().send_raw(req.api_key, req.api_version, body, flexible=req.flexible,
-                                                     timeout=self.request_timeout)
+            resp = await self._connection().send(58, 0, wrap(req), timeout=self.request_timeout)
         except (ConnectionFailed, ControllerUnavailable) as e:
             raise ControllerUnavailable(str(e)) from None
-        return bytes(resp)
+        if resp.error_code == ErrorCode.not_controller:
+            raise ControllerUnavailable(f"broker {self._conn_for[0]} is no longer the controller")
+        if resp.error_code:
+            raise RuntimeError(f"the controller refused a forwarded request: {resp.error_code.name} (the "
+                               f"inter-broker principal needs CLUSTER_ACTION on the cluster)")
+        return bytes(resp.response_data)[5 if req.flexible else 4:]
 
     async def wait_for_offset(self, offset: int, timeout: float = 10.0) -> bool:
         """Wait until this broker's image has applied the metadata log up to `offset`."""

@@ -8,7 +8,7 @@ from protocol.errors import ErrorCode
 _MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
-def current_leaders(image, failed) -> tuple[dict, list] | None:
+def current_leaders(image, failed, listener: str = "") -> tuple[dict, list] | None:
     """`failed`: (topic name or id, partition, error) of the answered partitions ->
     ({(topic, partition): (leader, leader epoch)}, [(node id, host, port, rack)]), None when there is nothing."""
     leaders, nodes = {}, {}
@@ -22,5 +22,5 @@ def current_leaders(image, failed) -> tuple[dict, list] | None:
         leaders[(topic, index)] = (p.leader, p.leader_epoch)
         reg = image.brokers.get(p.leader)
         if reg is not None:
-            nodes[p.leader] = (p.leader, *reg.endpoint(), reg.rack)
+            nodes[p.leader] = (p.leader, *reg.endpoint(listener), reg.rack)
     return (leaders, list(nodes.values())) if leaders else None

@@ -12,6 +12,7 @@ from collections import deque
 
 from broker.controller_channel import forward
 from broker.handlers import Request, api_versions
+from broker.security.sasl_authenticator import SASL_HANDSHAKE, AuthenticationEnded, SaslAuthenticator
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 from protocol.kio_codec import EncodedResponse
@@ -35,10 +36,14 @@ def _flexible(api_key: int, version: int) -> bool:
 
 class KafkaConnection(asyncio.Protocol):
     __slots__ = ("broker", "transport", "size_buf", "frame", "filled", "queue", "peer", "client_host", "paused", "closed",
-                 "corked")
+                 "corked", "listener", "auth", "principal", "last_active")
 
-    def __init__(self, broker):
+    def __init__(self, broker, listener=None):
         self.broker = broker
+        self.listener = listener            # broker.security.listeners.Listener (None: the broker's first)
+        self.auth: SaslAuthenticator | None = None      # SASL listeners: the connection's authenticator
+        self.principal = "User:ANONYMOUS"
+        self.last_active = time.monotonic()
         self.size_buf = bytearray()         # a frame's 4-byte size when it is split across reads
         self.frame: bytearray | None = None  # the frame being filled, when it spans reads
         self.filled = 0
@@ -59,6 +64,18 @@ class KafkaConnection(asyncio.Protocol):
             except OSError:
                 pass
         self.broker.connections.add(self)
+        listener = self.listener
+        if listener is None:
+            return
+        if listener.ssl:
+            try:
+                self.principal = self.broker.security.ssl_principal(listener.name,
+                                                                    transport.get_extra_info("ssl_object"))
+            except Exception as e:                 # a certificate the mapping rules do not fit
+                self.close("no principal for the client certificate: %s", e)
+                return
+        if listener.sasl:
+            self.auth = SaslAuthenticator(self.broker, listener.name)
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -95,6 +112,7 @@ class KafkaConnection(asyncio.Protocol):
         partition, so with many partitions a read holds many small requests, and a send(2) per reply cost more than
         handling the request."""
         self.corked = []
+        self.last_active = time.monotonic()
         try:
             self._frames(data)
         finally:
@@ -135,6 +153,10 @@ class KafkaConnection(asyncio.Protocol):
             if size < 0 or size > self.broker.max_request_size:
                 self.close("frame size %d outside [0, socket.request.max.bytes=%d]", size, self.broker.max_request_size)
                 return
+            if self.auth is not None and not self.auth.authenticated and size > self.auth.max_receive:
+                self.close("frame of %d bytes before authentication (sasl.server.max.receive.size=%d)", size,
+                           self.auth.max_receive)
+                return
             if n - i >= size:
                 frame = bytearray(mv[i:i + size])
                 i += size
@@ -148,12 +170,20 @@ class KafkaConnection(asyncio.Protocol):
             self._dispatch(frame)
         except MalformedRequest as e:
             self.close("malformed request: %s", e)
+        except AuthenticationEnded as e:
+            self._end_authentication(e)
         except Exception:
             log.exception("request from %s failed", self.peer)
             self.close("internal error while handling a request")
 
     # ---- dispatch --------------------------------------------------------------------------------------------
     def _dispatch(self, frame: bytearray) -> None:
+        auth = self.auth
+        if auth is not None and (auth.state != "done" or auth.session_end is not None or frame[1:2] == b"\x11"):
+            if auth.state != "raw" and len(frame) < 10:
+                raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a request header")
+            if self._authenticating(auth, frame):
+                return
         if len(frame) < 10:
             raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a request header")
         api_key, version, corr = HEADER_FIXED.unpack_from(frame, 0)
@@ -179,7 +209,8 @@ class KafkaConnection(asyncio.Protocol):
             client_id = None
         if flexible:
             pos = skip_tagged_fields(frame, pos)
-        req = Request(api_key, version, corr, client_id, frame, pos, flexible, self.client_host)
+        req = Request(api_key, version, corr, client_id, frame, pos, flexible, self.client_host, self.principal,
+                      self.listener.name if self.listener is not None else "")
         started = time.perf_counter()
         if handler.__dict__.get("FORWARDED_TO_CONTROLLER") and not self.broker.controller.active:
             result = forward(self.broker, req)      # admin requests go to the active controller as they came
@@ -202,6 +233,74 @@ class KafkaConnection(asyncio.Protocol):
             self.queue.append([True, corr, flex_header, result])
         elif result is not None:
             self._reply(corr, flex_header, result)
+
+    # ---- SASL (broker/security/sasl_authenticator.py) ---------------------------------------------------------------
+    def _authenticating(self, auth: SaslAuthenticator, frame: bytearray) -> bool:
+        """Requests on a SASL listener before authentication completes, re-authentication (KIP-368) and expired
+        sessions; True when the frame was consumed here, False when it goes on to its handler."""
+        if auth.state == "raw":                          # SaslHandshake v0: a bare token, answered bare
+            token = auth.raw_token(frame)
+            self._write_raw(I32.pack(len(token)) + token)
+            self._sasl_done(auth)
+            return True
+        api_key, version, corr = HEADER_FIXED.unpack_from(frame, 0)
+        if auth.state == "done":
+            if api_key == SASL_HANDSHAKE:
+                auth.begin_reauthentication()
+            elif auth.expired():
+                self.close("SASL session of %s expired (connections.max.reauth.ms or token lifetime)", self.principal)
+                return True
+            else:
+                return False
+        if api_key == api_versions.API_KEY:
+            return False
+        handler = self.broker.handlers.get(api_key)
+        if api_key not in (SASL_HANDSHAKE, 36) or handler is None:
+            raise AuthenticationEnded(f"request of api key {api_key} before SASL authentication completed")
+        if not handler.DECODABLE[0] <= version <= handler.DECODABLE[1]:
+            raise AuthenticationEnded(f"unsupported version {version} of api key {api_key}")
+        flexible = _flexible(api_key, version)
+        n, pos = read_i16(frame, 8)
+        pos += max(n, 0)
+        if flexible:
+            pos = skip_tagged_fields(frame, pos)
+        body = kio_codec.decode_request(api_key, version, memoryview(frame).toreadonly(), pos)
+        if api_key == SASL_HANDSHAKE:
+            reply = auth.handshake(version, body, corr)
+        else:
+            reply = auth.authenticate(version, body, corr, flexible)
+        if self.queue:
+            self.queue.append([True, corr, flexible, reply])
+        else:
+            self._reply(corr, flexible, reply)
+        self._sasl_done(auth)
+        return True
+
+    def _sasl_done(self, auth: SaslAuthenticator) -> None:
+        if auth.state == "done" and self.principal != auth.principal:
+            self.principal = auth.principal
+            log.debug("%s authenticated as %s (%s)", self.peer, self.principal, auth.mechanism)
+
+    def _end_authentication(self, e: AuthenticationEnded) -> None:
+        """Answer (when there is an answer), then close after connection.failed.authentication.delay.ms, as Kafka
+        slows down password guessing; the connection reads nothing more meanwhile."""
+        if self.closed:
+            return
+        if e.reply is not None:
+            self._reply(e.corr, e.flexible, e.reply)
+        self._uncork()
+        log.info("closing connection from %s on listener %s: %s", self.peer,
+                 self.listener.name if self.listener else "", e)
+        self.closed = True
+        self.transport.pause_reading()
+        delay = self.broker.config.get_int("connection.failed.authentication.delay.ms") / 1000
+        asyncio.get_running_loop().call_later(delay, self.transport.close)
+
+    def _write_raw(self, data: bytes) -> None:
+        if self.corked is not None:
+            self.corked.append(data)
+        else:
+            self.transport.write(data)
 
     def _completed(self, slot: list, api_key: int, started: float, task: asyncio.Task) -> None:
         if task.cancelled():

@@ -115,9 +115,10 @@ class LocalController:
     async def allocate_producer_ids(self, broker_id: int) -> int:
         return await self.run(producer_ids_block(broker_id))
 
-    def register_broker(self, rack: str | None, host: str, port: int) -> None:
-        """This broker's registration, with a new incarnation id at every start (Kafka's BrokerRegistration)."""
-        self.append([RegisterBrokerRecord(self.node_id, uuid.uuid4().hex, rack, [("PLAINTEXT", host, port)])])
+    def register_broker(self, rack: str | None, endpoints: list[tuple[str, str, int]]) -> None:
+        """This broker's registration, with a new incarnation id at every start (Kafka's BrokerRegistration), with
+        the endpoint of each advertised listener."""
+        self.append([RegisterBrokerRecord(self.node_id, uuid.uuid4().hex, rack, [list(e) for e in endpoints])])
 
     def _upgrade(self, legacy: Path) -> None:
         """Turn the previous release's JSON topic store into records: the same topic ids (data dirs and the remote

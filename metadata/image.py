@@ -1,5 +1,5 @@
 """The metadata image: brokers, topics with ids and configs, partitions with replicas, ISR, leader and leader epoch,
-and the producer-id watermark, as of some offset of the metadata log (Kafka's MetadataImage).
+the producer-id watermark, ACLs and SCRAM credentials, as of some offset of the metadata log (Kafka's MetadataImage).
 
 An image never changes: `apply(records)` returns a new one, sharing what the records did not touch, so a handler
 holding an image sees one consistent state while the controller moves on. Topic objects keep the read API the
@@ -13,8 +13,10 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable
 
-from metadata.records import (BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, BrokerRegistrationChangeRecord, ConfigRecord, LeaderChangeRecord, PartitionRecord, ProducerIdsRecord,
-                              RegisterBrokerRecord, RemoveTopicRecord, TopicRecord)
+from metadata.acls import StandardAcl
+from metadata.records import (BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, AccessControlEntryRecord, BrokerRegistrationChangeRecord, ConfigRecord, LeaderChangeRecord, PartitionRecord, ProducerIdsRecord,
+                              RegisterBrokerRecord, RemoveAccessControlEntryRecord, RemoveTopicRecord,
+                              RemoveUserScramCredentialRecord, TopicRecord, UserScramCredentialRecord)
 
 log = logging.getLogger("strata.metadata")
 
@@ -28,7 +30,13 @@ class BrokerRegistration:
     fenced: bool = False
     epoch: int = -1             # the broker epoch: the metadata offset of its registration (as in KRaft)
 
-    def endpoint(self) -> tuple[str, int]:
+    def endpoint(self, listener: str | None = None) -> tuple[str, int]:
+        """The (host, port) a client of `listener` reaches this broker at: the endpoint of the same name, as Kafka
+        answers each listener's clients with that listener's endpoints, else the first one registered."""
+        if listener:
+            for name, host, port in self.endpoints:
+                if name == listener:
+                    return host, port
         _, host, port = self.endpoints[0]
         return host, port
 
@@ -68,6 +76,16 @@ class TopicImage:
         return self.partition_states[index] if 0 <= index < len(self.partition_states) else None
 
 
+@dataclass(frozen=True)
+class ScramCredentialImage:
+    """A user's SCRAM credential for one mechanism, as SCRAM authentication needs it (RFC 5802: the server keeps
+    the salt, iteration count, StoredKey and ServerKey, never the password)."""
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
 def _check_partition_change(topic: str, index: int, old: PartitionImage, new: PartitionImage, strict: bool) -> None:
     """A change of an existing partition must follow the one it replaces: the next partition epoch (so a change
     computed from an older image cannot be applied after another one), and a leader epoch that never goes back and
@@ -101,6 +119,9 @@ class MetadataImage:
     # (KIP-848 group configs): resource name -> {name: value}
     broker_configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     group_configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    acls: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))     # id -> StandardAcl
+    # (user name, mechanism 1 SCRAM-SHA-256 / 2 SCRAM-SHA-512) -> ScramCredentialImage
+    scram_credentials: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     # ---- reads (the API `broker.topics` offers) -----------------------------------------------------------------
     def topics(self) -> list[TopicImage]:
@@ -126,6 +147,7 @@ class MetadataImage:
         next_pid = self.next_producer_id
         resource_configs = {BROKER_RESOURCE: dict(self.broker_configs), GROUP_RESOURCE: dict(self.group_configs)}
         controller = (self.controller_id, self.controller_epoch)
+        acls, scram = dict(self.acls), dict(self.scram_credentials)
         n = 0
         for r in records:
             n += 1
@@ -197,12 +219,27 @@ class MetadataImage:
                 if r.controller_epoch <= controller[1]:
                     raise ValueError(f"controller epoch {r.controller_epoch} is not above {controller[1]}")
                 controller = (r.controller_id, r.controller_epoch)
+            elif isinstance(r, AccessControlEntryRecord):
+                if r.id in acls:              # ids are new at every creation (Kafka's AclControlManager.newAclId)
+                    raise ValueError(f"ACL {r.id} exists already")
+                acls[r.id] = StandardAcl(r.resource_type, r.resource_name, r.pattern_type, r.principal, r.host,
+                                         r.operation, r.permission_type)
+            elif isinstance(r, RemoveAccessControlEntryRecord):
+                if acls.pop(r.id, None) is None:
+                    raise ValueError(f"removal of unknown ACL {r.id}")
+            elif isinstance(r, UserScramCredentialRecord):    # creates or replaces
+                scram[(r.name, r.mechanism)] = ScramCredentialImage(bytes(r.salt), bytes(r.stored_key),
+                                                                    bytes(r.server_key), r.iterations)
+            elif isinstance(r, RemoveUserScramCredentialRecord):
+                if scram.pop((r.name, r.mechanism), None) is None:
+                    raise ValueError(f"removal of unknown SCRAM credential of {r.name!r} (mechanism {r.mechanism})")
             else:
                 raise ValueError(f"unknown metadata record {type(r).__name__}")
         return MetadataImage(self.offset + n, MappingProxyType(brokers), MappingProxyType(by_name),
                              MappingProxyType(by_id), next_pid, *controller,
                              MappingProxyType(resource_configs[BROKER_RESOURCE]),
-                             MappingProxyType(resource_configs[GROUP_RESOURCE]))
+                             MappingProxyType(resource_configs[GROUP_RESOURCE]), MappingProxyType(acls),
+                             MappingProxyType(scram))
 
     def skip(self, n: int) -> "MetadataImage":
         """This image with the offset moved past `n` records that are not applied (a fenced controller's batch)."""
@@ -221,6 +258,10 @@ class MetadataImage:
         for rtype, by_resource in ((BROKER_RESOURCE, self.broker_configs), (GROUP_RESOURCE, self.group_configs)):
             out += [ConfigRecord(rtype, name, k, v) for name, configs in sorted(by_resource.items())
                     for k, v in sorted(configs.items())]
+        out += [AccessControlEntryRecord(i, a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host,
+                                         a.operation, a.permission_type) for i, a in self.acls.items()]
+        out += [UserScramCredentialRecord(name, mech, c.salt, c.stored_key, c.server_key, c.iterations)
+                for (name, mech), c in sorted(self.scram_credentials.items())]
         if self.next_producer_id:
             out.append(ProducerIdsRecord(-1, self.next_producer_id))
         if self.controller_epoch:

@@ -69,8 +69,42 @@ class LeaderChangeRecord(msgspec.Struct, tag="LeaderChange"):
     controller_epoch: int
 
 
+class AccessControlEntryRecord(msgspec.Struct, tag="AccessControlEntry"):
+    """One ACL binding (Kafka's record of that name; codes as in metadata/acls.py), kept under `id` so that a
+    removal names exactly the binding a DeleteAcls filter matched."""
+    id: str                                          # UUID hex
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+class RemoveAccessControlEntryRecord(msgspec.Struct, tag="RemoveAccessControlEntry"):
+    id: str
+
+
+class UserScramCredentialRecord(msgspec.Struct, tag="UserScramCredential"):
+    """A user's SCRAM credential for one mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512), created or replaced: the
+    keys derived from the salted password, never the password (Kafka's record of that name)."""
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+class RemoveUserScramCredentialRecord(msgspec.Struct, tag="RemoveUserScramCredential"):
+    name: str
+    mechanism: int
+
+
 MetadataRecord = Union[RegisterBrokerRecord, BrokerRegistrationChangeRecord, TopicRecord, PartitionRecord, ConfigRecord, RemoveTopicRecord,
-                       ProducerIdsRecord, LeaderChangeRecord]
+                       ProducerIdsRecord, LeaderChangeRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord,
+                       UserScramCredentialRecord, RemoveUserScramCredentialRecord]
 
 
 class Envelope(msgspec.Struct, array_like=True):

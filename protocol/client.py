@@ -38,9 +38,11 @@ def decode_response(api_key: int, version: int, data):
 class BrokerConnection:
     """One connection to `host:port`, opened on first use and re-opened after a failure."""
 
-    def __init__(self, host: str, port: int, client_id: str, *, connect_timeout: float = 5.0):
+    def __init__(self, host: str, port: int, client_id: str, *, connect_timeout: float = 5.0, security=None):
         self.host, self.port, self.client_id = host, port, client_id
         self.connect_timeout = connect_timeout
+        self.security = security                 # protocol.client_security.ClientSecurity, None for PLAINTEXT
+        self._session_end: float | None = None   # KIP-368: when the broker ends this connection's SASL session
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future] = {}
@@ -57,12 +59,58 @@ class BrokerConnection:
         async with self._connecting:
             if self._writer is not None:
                 return
+            sec = self.security
             try:
-                self._reader, self._writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout)
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port, ssl=sec.ssl_context if sec else None),
+                    self.connect_timeout)
             except (OSError, asyncio.TimeoutError) as e:
                 raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {e}") from None
+            if sec is not None and sec.sasl_client is not None:
+                try:
+                    lifetime_ms = await asyncio.wait_for(self._authenticate(reader, writer), self.connect_timeout)
+                except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+                    writer.close()
+                    raise ConnectionFailed(f"SASL authentication with {self.host}:{self.port} failed: {e!r}") from None
+                except BaseException:
+                    writer.close()
+                    raise
+                # re-authenticate by reconnecting a little before the broker would close the session
+                self._session_end = (asyncio.get_running_loop().time() + lifetime_ms * 0.85 / 1000
+                                     if lifetime_ms > 0 else None)
+            self._reader, self._writer = reader, writer
             self._read_task = asyncio.create_task(self._read_loop(self._reader))
+
+    async def _authenticate(self, reader, writer) -> int:
+        """SaslHandshake v1 then SaslAuthenticate v2 until the mechanism completes (before any other request, as
+        Kafka's SaslClientAuthenticator does); the session lifetime the broker answers, in ms (0: none)."""
+        from protocol.client_security import AuthenticationFailed
+        sec = self.security
+        client = sec.sasl_client()
+
+        async def call(api_key: int, version: int, body):
+            flexible = kio_codec.is_flexible(api_key, version)
+            header = _HEADER.pack(api_key, version, 0) + self._client_id + (b"\x00" if flexible else b"")
+            data = encode_request(api_key, version, body)
+            writer.writelines([I32.pack(len(header) + len(data)), header, data])
+            size = I32.unpack(await reader.readexactly(4))[0]
+            frame = await reader.readexactly(size)
+            return decode_response(api_key, version, memoryview(frame)[5 if flexible else 4:])
+
+        hs = await call(17, 1, {"mechanism": sec.sasl_mechanism})
+        if hs.error_code:
+            raise AuthenticationFailed(f"{self.host}:{self.port} does not enable SASL mechanism "
+                                       f"{sec.sasl_mechanism} (it enables {', '.join(hs.mechanisms)})")
+        token = client.initial()
+        while True:
+            resp = await call(36, 2, {"auth_bytes": token})
+            if resp.error_code:
+                raise AuthenticationFailed(f"{self.host}:{self.port}: {resp.error_message or resp.error_code.name}")
+            token = client.evaluate(resp.auth_bytes)
+            if client.complete:
+                return int(resp.session_lifetime.total_seconds() * 1000)
+            if token is None:
+                raise AuthenticationFailed(f"{self.host}:{self.port}: SASL exchange ended early")
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -93,6 +141,9 @@ class BrokerConnection:
         """Send `body` (bytes) as a request; the response body (after the response header) as a memoryview."""
         if flexible is None:
             flexible = kio_codec.is_flexible(api_key, version)
+        if self._session_end is not None and asyncio.get_running_loop().time() >= self._session_end:
+            self.close()                       # KIP-368: a new connection authenticates again
+            self._session_end = None
         if self._writer is None:
             await self._connect()
         corr = next(self._corr) & 0x7FFFFFFF

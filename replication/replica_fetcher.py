@@ -35,6 +35,7 @@ class FetchSettings:
     response_max_bytes: int = 10485760
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
+    security: object = None             # protocol.client_security.ClientSecurity of the inter-broker listener
 
     @classmethod
     def from_config(cls, config) -> "FetchSettings":
@@ -69,7 +70,8 @@ class ReplicaFetcher:
         self.replicas = replicas
         self.wal = wal                    # replication.wal_follower.WalReader: downloads WAL pointers (KIP-1176)
         self.metrics = metrics            # replication.traffic_metrics.TrafficMetrics
-        self.conn = BrokerConnection(*endpoint, client_id=f"strata-replica-{settings.node_id}")
+        self.conn = BrokerConnection(*endpoint, client_id=f"strata-replica-{settings.node_id}",
+                                     security=settings.security)
         self.partitions: dict[tuple[str, int], float] = {}      # (topic, index) -> not before (backoff)
         # what the request in flight asked for each partition: (the Partition, fetch offset, leader epoch); a response
         # is applied only if the partition is still that replica at that offset and epoch (Kafka's

@@ -21,7 +21,19 @@ def error_name(code: int) -> str:
 
 
 class AdminClient:
-    def __init__(self, bootstrap: str, timeout: float = 30.0):
+    @classmethod
+    def for_args(cls, args) -> "AdminClient":
+        """The client of a tool's `--bootstrap-server` and `--command-config` (Kafka's client security settings:
+        security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config)."""
+        from protocol.client_security import ClientSecurity, load_properties
+        try:
+            security = ClientSecurity.from_properties(load_properties(getattr(args, "command_config", None)))
+        except (OSError, ValueError) as e:
+            raise AdminError(f"--command-config: {e}") from None
+        return cls(args.bootstrap_server, security=security)
+
+    def __init__(self, bootstrap: str, timeout: float = 30.0, security=None):
+        self.security = security
         self.servers = []
         for s in bootstrap.split(","):
             host, _, port = s.strip().rpartition(":")
@@ -36,7 +48,7 @@ class AdminClient:
         """The request to the first reachable bootstrap broker; its decoded response."""
         last = None
         for conn in ([self._conn] if self._conn is not None else []) + \
-                [BrokerConnection(h, p, client_id="strata-admin") for h, p in self.servers]:
+                [BrokerConnection(h, p, client_id="strata-admin", security=self.security) for h, p in self.servers]:
             try:
                 resp = await conn.send(api_key, version, body, timeout=self.timeout)
                 if self._conn not in (None, conn):
@@ -53,7 +65,7 @@ class AdminClient:
     async def send_to(self, host: str, port: int, api_key: int, version: int, body):
         """The request to one given broker (a group's coordinator, a partition's leader), over a kept connection."""
         conn = self._brokers.get((host, port)) or self._brokers.setdefault(
-            (host, port), BrokerConnection(host, port, client_id="strata-admin"))
+            (host, port), BrokerConnection(host, port, client_id="strata-admin", security=self.security))
         try:
             return await conn.send(api_key, version, body, timeout=self.timeout)
         except (ConnectionFailed, OSError, asyncio.TimeoutError) as e:

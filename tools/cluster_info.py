@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
 
 
 async def run(args: argparse.Namespace, out) -> None:
-    client = AdminClient(args.bootstrap_server)
+    client = AdminClient.for_args(args)
     try:
         dc = await client.send(60, 2, {"include_cluster_authorized_operations": False, "endpoint_type": 1,
                                        "include_fenced_brokers": True})

@@ -1,11 +1,14 @@
 """`strata configs`: Kafka's kafka-configs.sh verbs (--describe, --alter --add-config/--delete-config) for topics,
-brokers (one broker, or --entity-default for the cluster-wide default) and groups (KIP-848 group configs), with its
-options, shortcuts (--topic, --broker, --broker-defaults, --group) and output."""
+brokers (one broker, or --entity-default for the cluster-wide default), groups (KIP-848 group configs) and users'
+SCRAM credentials (KIP-554, salted on the client as Kafka's admin client does), with its options, shortcuts (--topic,
+--broker, --broker-defaults, --group, --user) and output."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
+from protocol.sasl.scram import salted_password, secure_random_string
 from tools.admin_client import AdminClient, AdminError, error_name
 
 TYPES = {"topics": 2, "brokers": 4, "groups": 32}
@@ -31,6 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--broker")
     p.add_argument("--broker-defaults", action="store_true")
     p.add_argument("--group")
+    p.add_argument("--user", help="a user's SCRAM credentials (as --entity-type users --entity-name)")
     p.add_argument("--all", action="store_true", help="with --describe: every config, not only dynamic ones")
     p.add_argument("--add-config", metavar="K1=V1,K2=[V2,V3]")
     p.add_argument("--add-config-file", metavar="FILE")
@@ -40,7 +44,8 @@ def add_parser(sub) -> None:
 
 def _entity(args) -> tuple[str, str | None]:
     """(entity type, name or "" for the default or None for all), from --entity-* or the shortcuts."""
-    shortcuts = [(t, n) for t, n in (("topics", args.topic), ("brokers", args.broker), ("groups", args.group))
+    shortcuts = [(t, n) for t, n in (("topics", args.topic), ("brokers", args.broker), ("groups", args.group),
+                                     ("users", args.user))
                  if n is not None] + ([("brokers", "")] if args.broker_defaults else [])
     if args.entity_type is not None or args.entity_name is not None or args.entity_default:
         if shortcuts:
@@ -51,8 +56,9 @@ def _entity(args) -> tuple[str, str | None]:
         if args.entity_type not in KAFKA_TYPES:
             raise AdminError(f"Invalid entity type {args.entity_type}, the entity type must be one of "
                              f"{', '.join(KAFKA_TYPES)}")
-        if args.entity_type not in TYPES:
-            raise AdminError(f"entity type {args.entity_type} is not supported by Strata (topics, brokers, groups)")
+        if args.entity_type not in TYPES and args.entity_type != "users":
+            raise AdminError(f"entity type {args.entity_type} is not supported by Strata (topics, brokers, groups, "
+                             f"users)")
         if args.entity_name is not None and args.entity_default:
             raise AdminError("--entity-name and --entity-default cannot be used together")
         if args.entity_default and args.entity_type != "brokers":
@@ -89,7 +95,7 @@ async def run(args: argparse.Namespace, out) -> None:
     etype, name = _entity(args)
     if args.describe and (args.add_config or args.add_config_file or args.delete_config):
         raise AdminError("--add-config, --add-config-file and --delete-config need --alter")
-    client = AdminClient(args.bootstrap_server)
+    client = AdminClient.for_args(args)
     try:
         if args.describe:
             await _describe(client, etype, name, args.all, out)
@@ -122,6 +128,8 @@ async def _describe_one(client: AdminClient, etype: str, name: str) -> list:
 
 
 async def _describe(client: AdminClient, etype: str, name: str | None, all_configs: bool, out) -> None:
+    if etype == "users":
+        return await _describe_users(client, name, out)
     if name is None:
         md = await client.metadata(None if etype == "topics" else [])
         if etype == "topics":
@@ -158,6 +166,8 @@ async def _alter(client: AdminClient, etype: str, name: str | None, args, out) -
     if not add and not delete:
         raise AdminError("At least one of --add-config, --add-config-file, or --delete-config must be specified "
                          "with --alter")
+    if etype == "users":
+        return await _alter_users(client, name, add, delete, out)
     if delete:
         current = {c.name for c in await _describe_one(client, etype, name)
                    if int(c.config_source) in (DYNAMIC[etype], 3 if name == "" else -1)}
@@ -175,3 +185,59 @@ async def _alter(client: AdminClient, etype: str, name: str | None, args, out) -
         print("Completed updating default config for brokers in the cluster.", file=out)
     else:
         print(f"Completed updating config for {etype[:-1]} {name}.", file=out)
+
+
+# ---- users: SCRAM credentials (Kafka's ConfigCommand.alterUserScramCredentialConfigs and describe) ----------------
+SCRAM_MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}    # Kafka's ScramMechanism type codes
+DEFAULT_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS = 4096, 4096
+RESOURCE_NOT_FOUND = 91
+
+
+def scram_upsertion(user: str, mechanism: str, text: str) -> dict:
+    """One AlterUserScramCredentials upsertion from `iterations=N,password=P` (iterations optional, 4096 by
+    default): the password is salted here (RFC 5802's Hi(), PBKDF2) and never sent, as Kafka's admin client does."""
+    m = re.fullmatch(r"(?:iterations=(-?[0-9]*),)?password=(.*)", text, re.DOTALL)
+    if m is None or m[1] == "":
+        raise AdminError(f"Invalid credential property {mechanism}={text}")
+    iterations = int(m[1]) if m[1] not in (None, "-1") else DEFAULT_SCRAM_ITERATIONS
+    if iterations < MIN_SCRAM_ITERATIONS:
+        raise AdminError(f"Iterations {iterations} is less than the minimum {MIN_SCRAM_ITERATIONS} required for "
+                         f"{mechanism}")
+    if not m[2]:
+        raise AdminError("Password must not be empty")
+    salt = secure_random_string().encode()        # Kafka's ScramFormatter.secureRandomBytes
+    return {"name": user, "mechanism": SCRAM_MECHANISMS[mechanism], "iterations": iterations, "salt": salt,
+            "salted_password": salted_password(mechanism, m[2], salt, iterations)}
+
+
+async def _alter_users(client: AdminClient, name: str, add: dict[str, str], delete: list[str], out) -> None:
+    for what, names in (("added", list(add)), ("deleted", delete)):
+        unexpected = [k for k in names if k not in SCRAM_MECHANISMS]
+        if unexpected:
+            raise AdminError(f"Only SCRAM credential configs can be {what} for 'users' using --bootstrap-server "
+                             f"(Strata has no quotas). Unexpected config names: {', '.join(unexpected)}")
+    body = {"deletions": [{"name": name, "mechanism": SCRAM_MECHANISMS[k]} for k in delete],
+            "upsertions": [scram_upsertion(name, k, v) for k, v in add.items()]}
+    resp = await client.send(51, 0, body)
+    for r in resp.results:
+        if r.error_code:
+            raise AdminError(r.error_message or error_name(r.error_code))
+    print(f"Completed updating config for user {name}.", file=out)
+
+
+async def _describe_users(client: AdminClient, name: str | None, out) -> None:
+    """Each user's mechanisms and iterations; users without credentials are left out, as kafka-configs.sh does."""
+    resp = await client.send(50, 0, {"users": [] if name is None else [{"name": name}]})
+    if resp.error_code:
+        raise AdminError(resp.error_message or error_name(resp.error_code))
+    names = {code: n for n, code in SCRAM_MECHANISMS.items()}
+    for r in resp.results:
+        if r.error_code == RESOURCE_NOT_FOUND:
+            continue
+        if r.error_code:
+            print(f"Error retrieving SCRAM credential configs for user-principal '{r.user}': "
+                  f"{error_name(r.error_code)}: {r.error_message}", file=out)
+            continue
+        described = ", ".join(f"{names.get(int(c.mechanism), c.mechanism)}=iterations={c.iterations}"
+                              for c in r.credential_infos)
+        print(f"SCRAM credential configs for user-principal '{r.user}' are {described}", file=out)

@@ -190,7 +190,7 @@ def parse_duration(value: str) -> int:
 
 async def run(args: argparse.Namespace, out) -> None:
     check_args(args)
-    client = AdminClient(args.bootstrap_server)
+    client = AdminClient.for_args(args)
     admin = GroupAdmin(client, args.timeout)
     try:
         if args.list:

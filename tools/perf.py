@@ -128,19 +128,13 @@ def _add_consume(p) -> None:
 
 
 def _client_props(args) -> dict[str, str]:
-    """--command-config, then --command-property on top (Kafka's precedence), in librdkafka's names."""
-    from broker.config import parse_properties
-    props: dict[str, str] = {}
-    path = args.command_config or args.legacy_config
-    if path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                props.update(parse_properties(f.read()))
-        except (OSError, ValueError) as e:
-            raise AdminError(f"cannot read {path}: {e}") from None
-    for item in args.legacy_props + args.command_property:
-        k, v = item.split("=", 1)
-        props[k.strip()] = v.strip()
+    """--command-config, then --command-property on top (Kafka's precedence), in librdkafka's names (security
+    settings too: protocol.client_security.librdkafka_config)."""
+    from protocol.client_security import librdkafka_config
+    try:
+        props = librdkafka_config(_java_props(args))
+    except ValueError as e:
+        raise AdminError(str(e)) from None
     out = {}
     for k, v in props.items():
         if k in DROPPED:
@@ -153,6 +147,31 @@ def _client_props(args) -> dict[str, str]:
     return out
 
 
+def _security(args):
+    """How the tool's own requests (the topic check) connect: the same security settings the client gets."""
+    from protocol.client_security import ClientSecurity
+    try:
+        return ClientSecurity.from_properties(_java_props(args))
+    except (OSError, ValueError) as e:
+        raise AdminError(f"--command-config: {e}") from None
+
+
+def _java_props(args) -> dict[str, str]:
+    from broker.config import parse_properties
+    props: dict[str, str] = {}
+    path = args.command_config or args.legacy_config
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                props.update(parse_properties(f.read()))
+        except (OSError, ValueError) as e:
+            raise AdminError(f"cannot read {path}: {e}") from None
+    for item in args.legacy_props + args.command_property:
+        k, v = item.split("=", 1)
+        props[k.strip()] = v.strip()
+    return props
+
+
 def _warn_deprecated(args, legacy_props: str | None, legacy_config: str) -> None:
     if args.legacy_props:
         print(f"Warning: {legacy_props} is deprecated. Use --command-property instead.", file=sys.stderr)
@@ -160,11 +179,11 @@ def _warn_deprecated(args, legacy_props: str | None, legacy_config: str) -> None
         print(f"Warning: {legacy_config} is deprecated. Use --command-config instead.", file=sys.stderr)
 
 
-async def _check_topic(bootstrap: str, topic: str | None, allow_auto_create: bool) -> None:
+async def _check_topic(bootstrap: str, topic: str | None, allow_auto_create: bool, security=None) -> None:
     """One Metadata request for the topic (None: for no topic), as a client's first one (auto-creation allowed
     unless the client's allow.auto.create.topics says no): a dead bootstrap address or a topic the broker does not
     have (and will not create) is an error now instead of retries until a timeout."""
-    client = AdminClient(bootstrap)
+    client = AdminClient(bootstrap, security=security)
     try:
         md = await client.send(3, 12, {"topics": [{"name": topic}] if topic else [],
                                        "allow_auto_topic_creation": allow_auto_create,
@@ -376,7 +395,7 @@ async def _produce(args, out) -> None:
     except (KafkaException, ValueError, TypeError) as e:
         raise AdminError(f"bad producer configuration: {_reason(e)}") from None
     await _check_topic(props["bootstrap.servers"], args.topic,
-                       props.get("allow.auto.create.topics", "true").lower() == "true")
+                       props.get("allow.auto.create.topics", "true").lower() == "true", _security(args))
     txn_start = None
     if txn_ms:                            # Kafka's ProducerPerformance: a transaction per --transaction-duration-ms
         try:
@@ -523,7 +542,8 @@ async def _consume(args, out) -> None:
         raise AdminError(f"bad consumer configuration: {_reason(e)}") from None
     try:
         await _check_topic(args.bootstrap_server, args.topic,
-                           args.topic is not None and props["allow.auto.create.topics"].lower() == "true")
+                           args.topic is not None and props["allow.auto.create.topics"].lower() == "true",
+                           _security(args))
     except AdminError:
         consumer.close()
         raise

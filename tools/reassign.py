@@ -86,7 +86,7 @@ def _check_args(args: argparse.Namespace) -> str:
 
 async def run(args: argparse.Namespace, out) -> None:
     action = _check_args(args)
-    client = AdminClient(args.bootstrap_server)
+    client = AdminClient.for_args(args)
     try:
         if action == "generate":
             await _generate(client, _read(args.topics_to_move_json_file), args.broker_list,

@@ -38,7 +38,7 @@ def _configs(items: list[str]) -> list[dict]:
 async def run(args: argparse.Namespace, out) -> None:
     if (args.create or args.alter or args.delete) and not args.topic:
         raise AdminError('Missing required argument "[topic]"')
-    client = AdminClient(args.bootstrap_server)
+    client = AdminClient.for_args(args)
     try:
         if args.create:
             await _create(client, args, out)

@@ -55,7 +55,7 @@ def table(headers: list[str], rows: list[list[str]], out) -> None:
 
 
 async def run(args: argparse.Namespace, out) -> None:
-    admin = AdminClient(args.bootstrap_server)
+    admin = AdminClient.for_args(args)
     try:
         await {"list": _list, "describe": _describe, "describe-producers": _describe_producers, "abort": _abort,
                "find-hanging": _find_hanging}[args.verb](admin, args, out)

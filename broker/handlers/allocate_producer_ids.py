@@ -22,4 +22,4 @@ def handle(broker, req):
             return {"error_code": ErrorCode.stale_broker_epoch, "producer_id_start": -1, "producer_id_len": 0}
         return {"error_code": 0, "producer_id_start": start, "producer_id_len": PRODUCER_ID_BLOCK}
 
-    return serve(broker, API_KEY, v, answer, {"producer_id_start": -1, "producer_id_len": 0})
+    return serve(broker, API_KEY, v, answer, {"producer_id_start": -1, "producer_id_len": 0}, req)

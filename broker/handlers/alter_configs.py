@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from broker.config_admin import alter_all
 from broker.topic_admin import AdminError
+from broker.security.authorization import ALTER_CONFIGS, merge_refused, refused_config_resources
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -24,5 +25,7 @@ def _full_set(r, _current) -> dict:
 async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
-    out = await alter_all(broker, body.resources, _full_set, body.validate_only)
+    refused = refused_config_resources(broker, req, ALTER_CONFIGS, body.resources)     # ALTER_CONFIGS, as Kafka
+    allowed = [r for i, r in enumerate(body.resources) if i not in refused]
+    out = merge_refused(refused, await alter_all(broker, allowed, _full_set, body.validate_only))
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "responses": out})

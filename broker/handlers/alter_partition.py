@@ -32,4 +32,4 @@ def handle(broker, req):
             topics.setdefault(tid, []).append(part)
         return {"error_code": 0, "topics": [{"topic_id": tid, "partitions": ps} for tid, ps in topics.items()]}
 
-    return serve(broker, API_KEY, v, answer, {"topics": []})
+    return serve(broker, API_KEY, v, answer, {"topics": []}, req)

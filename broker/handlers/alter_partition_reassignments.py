@@ -3,6 +3,7 @@ replicas). New replicas catch up as followers and join the ISR; then the control
 the controller; other brokers forward it."""
 from __future__ import annotations
 
+from broker.security.authorization import ALTER, CLUSTER_DENIED, DENIED_MESSAGE, authorize_cluster
 from broker.topic_admin import AdminError, submit
 from metadata.cluster_control import reassign_operation
 from protocol import kio_codec
@@ -17,6 +18,13 @@ FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    if not authorize_cluster(broker, req, ALTER):       # Kafka: ALTER on the cluster (getErrorResponse's answer)
+        msg = DENIED_MESSAGE[CLUSTER_DENIED]
+        return kio_codec.encode_response(API_KEY, v, {
+            "throttle_time": 0, "error_code": CLUSTER_DENIED, "error_message": msg,
+            "responses": [{"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                                           "error_code": CLUSTER_DENIED, "error_message": msg}
+                                                          for p in t.partitions]} for t in body.topics]})
     responses = []
     for t in body.topics:
         parts = []

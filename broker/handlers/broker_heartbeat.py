@@ -20,4 +20,4 @@ def handle(broker, req):
             body.broker_id, body.broker_epoch, body.current_metadata_offset, body.want_shut_down)
         return {"error_code": err, "is_caught_up": caught_up, "is_fenced": fenced, "should_shut_down": shut_down}
 
-    return serve(broker, API_KEY, v, answer, {"is_caught_up": False, "is_fenced": True, "should_shut_down": False})
+    return serve(broker, API_KEY, v, answer, {"is_caught_up": False, "is_fenced": True, "should_shut_down": False}, req)

@@ -22,4 +22,4 @@ def handle(broker, req):
         epoch = await control.register(body.broker_id, body.incarnation_id.hex, body.rack, endpoints)
         return {"error_code": 0, "broker_epoch": epoch}
 
-    return serve(broker, API_KEY, v, answer, {"broker_epoch": -1})
+    return serve(broker, API_KEY, v, answer, {"broker_epoch": -1}, req)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 
+from broker.security.authorization import GROUP, GROUP_DENIED, READ, authorize
 from protocol import kio_codec
 
 API_KEY = 68
@@ -17,6 +18,9 @@ _MS = datetime.timedelta(milliseconds=1)
 def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    if not authorize(broker, req, READ, GROUP, body.group_id):       # ConsumerGroupHeartbeatRequest.getErrorResponse
+        return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": GROUP_DENIED,
+                                                      "member_epoch": 0, "heartbeat_interval": 0})
     owned = None if body.topic_partitions is None else \
         [(tp.topic_id, list(tp.partitions)) for tp in body.topic_partitions]
     names = body.subscribed_topic_names

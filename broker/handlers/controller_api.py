@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from broker.security.authorization import CLUSTER_ACTION, CLUSTER_DENIED, authorize_cluster
 from metadata.object_store_controller import NotControllerError
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -13,7 +14,12 @@ from protocol.errors import ErrorCode
 log = logging.getLogger("strata.controller")
 
 
-def serve(broker, api_key: int, version: int, answer, refusal: dict):
+def serve(broker, api_key: int, version: int, answer, refusal: dict, req=None):
+    """`req`: the request, authorized as Kafka's ControllerApis does (CLUSTER_ACTION on the cluster: only brokers
+    may send these)."""
+    if req is not None and not authorize_cluster(broker, req, CLUSTER_ACTION):
+        return kio_codec.encode_response(api_key, version, {"throttle_time": 0, **refusal,
+                                                            "error_code": CLUSTER_DENIED})
     control = broker.cluster_control
 
     async def run():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from broker.topic_admin import (MAX_PARTITIONS, AdminError, check_replica_assignment, partition_records,
                                 place, submit)
+from broker.security.authorization import ALTER, TOPIC, TOPIC_DENIED, filter_authorized
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -46,12 +47,15 @@ async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     names = [t.name for t in body.topics]
+    alterable = filter_authorized(broker, req, ALTER, TOPIC, names)     # Kafka: ALTER on each topic
     results = []
     for t in body.topics:
         res = {"name": t.name, "error_code": 0, "error_message": None}
         try:
             if names.count(t.name) > 1:
                 raise AdminError(ErrorCode.invalid_request, "Duplicate topic in request.")
+            if t.name not in alterable:
+                raise AdminError(TOPIC_DENIED, None)
             await submit(broker, _grow(t, body.validate_only))
         except AdminError as e:
             res.update(error_code=e.code, error_message=e.args[0])

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import uuid
 
+from broker.security.authorization import (CREATE, DESCRIBE_CONFIGS, TOPIC, TOPIC_DENIED, authorize_cluster,
+                                           filter_authorized)
 from broker.topic_admin import AdminError, create_topic
 from broker.handlers.describe_configs import topic_config_entries
 from protocol import kio_codec
@@ -21,6 +23,11 @@ async def handle(broker, req):
     seen: dict[str, int] = {}
     for t in body.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
+    # Kafka's ControllerApis.createTopics: CREATE on the cluster or on each topic; the configs are answered only for
+    # topics the principal may DESCRIBE_CONFIGS
+    creatable = set(seen) if authorize_cluster(broker, req, CREATE) else filter_authorized(broker, req, CREATE, TOPIC,
+                                                                                            seen)
+    configs_visible = filter_authorized(broker, req, DESCRIBE_CONFIGS, TOPIC, seen)
     for t in body.topics:
         res = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
                "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -31,12 +38,18 @@ async def handle(broker, req):
                 seen[t.name] = -1
                 raise AdminError(ErrorCode.invalid_request,
                                  f"Create topics request from client contains duplicate topic {t.name}")
+            if t.name not in creatable:
+                raise AdminError(TOPIC_DENIED, "Authorization failed.")
             assignment, cfg, topic_id = await create_topic(
                 broker, t.name, t.num_partitions, t.replication_factor, [a.broker_ids for a in t.assignments],
                 {c.name: c.value for c in t.configs}, validate_only=body.validate_only,
                 indexes=[a.partition_index for a in t.assignments])
             if topic_id:
                 res["topic_id"] = uuid.UUID(topic_id)
+            if t.name not in configs_visible:
+                res.update(configs=[], topic_config_error_code=TOPIC_DENIED)
+                results.append(res)
+                continue
             res.update(num_partitions=len(assignment), replication_factor=len(assignment[0]))
             if v >= 5:
                 res["configs"] = [{"name": e["name"], "value": e["value"], "read_only": False,

@@ -4,6 +4,7 @@ followers learn it from their fetches), up to the request's timeout: otherwise a
 records again. A partition whose replicas do not get there in time answers REQUEST_TIMED_OUT."""
 from __future__ import annotations
 
+from broker.security.authorization import DELETE, TOPIC_DENIED, name_checker
 from protocol import kio_codec
 from protocol.errors import ApiError
 from replication.partition import wait_for_all
@@ -17,12 +18,16 @@ async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     topics, waits = [], []
+    deletable = name_checker(broker, req, DELETE)       # Kafka: DELETE on each topic
     for t in body.topics:
         parts = []
+        denied = deletable is not None and not deletable(t.name)
         for p in t.partitions:
-            part = broker.replicas.get(t.name, p.partition_index)
+            part = broker.replicas.get(t.name, p.partition_index) if not denied else None
             res = {"partition_index": p.partition_index, "low_watermark": -1, "error_code": 0}
-            if part is None:
+            if denied:
+                res["error_code"] = TOPIC_DENIED
+            elif part is None:
                 res["error_code"] = broker.replicas.missing_error(t.name, p.partition_index)
             elif part.not_leader_error():
                 res["error_code"] = part.not_leader_error()

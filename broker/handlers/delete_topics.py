@@ -1,6 +1,7 @@
 """DeleteTopics (key 20): by name, or by topic id from v6."""
 from __future__ import annotations
 
+from broker.security.authorization import DELETE, DESCRIBE, TOPIC_DENIED, authorize_cluster, name_checker
 from broker.topic_admin import AdminError, submit
 from metadata.records import RemoveTopicRecord
 from protocol import kio_codec
@@ -34,6 +35,11 @@ async def handle(broker, req):
     else:
         wanted = [(name, None) for name in body.topic_names]
     results = []
+    # Kafka's ControllerApis.deleteTopics: DELETE on the cluster, or DELETE on each topic; a topic the principal may
+    # not even DESCRIBE is refused without its name (by id) or its id (by name)
+    describable = deletable = None
+    if not authorize_cluster(broker, req, DELETE):
+        describable, deletable = name_checker(broker, req, DESCRIBE), name_checker(broker, req, DELETE)
     for name, tid in wanted:
         info = broker.topics.by_id(tid) if tid is not None else broker.topics.get(name)
         res = {"name": info.name if info else name, "topic_id": info.uuid if info else tid, "error_code": 0,
@@ -42,6 +48,10 @@ async def handle(broker, req):
             res.update(error_code=ErrorCode.invalid_request, error_message="Only one of topic name and topic id may be set")
         elif not broker.config.get_bool("delete.topic.enable"):
             res["error_code"] = ErrorCode.topic_deletion_disabled
+        elif deletable is not None and tid is None and not (describable(name) and deletable(name)):
+            res.update(error_code=TOPIC_DENIED, topic_id=None)
+        elif deletable is not None and info is not None and not deletable(info.name):
+            res.update(error_code=TOPIC_DENIED, name=info.name if describable(info.name) else None)
         else:
             try:
                 info = await submit(broker, _remove(name, tid))     # the publisher deletes the logs

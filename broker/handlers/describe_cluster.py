@@ -3,6 +3,7 @@ unfenced brokers are listed, unless a v2 request asks for the fenced ones too (`
 which then carry `is_fenced`."""
 from __future__ import annotations
 
+from broker.security.authorization import NOT_REQUESTED, cluster_authorized_operations
 from protocol import kio_codec
 
 API_KEY = 60
@@ -17,8 +18,11 @@ def handle(broker, req):
     return kio_codec.encode_response(API_KEY, v, {
         "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
         "cluster_id": broker.cluster_id, "controller_id": broker.topics.image.controller_id,
-        "brokers": [{"broker_id": b.broker_id, "host": b.endpoint()[0], "port": b.endpoint()[1], "rack": b.rack,
+        "brokers": [{"broker_id": b.broker_id, "host": b.endpoint(req.listener)[0],
+                     "port": b.endpoint(req.listener)[1], "rack": b.rack,
                      "is_fenced": b.fenced} for b in broker.topics.image.brokers.values()
                     if with_fenced or not b.fenced],
-        "cluster_authorized_operations": -2147483648,
+        # KIP-700: the principal's operations on the cluster when asked (0 without DESCRIBE on it), as Kafka answers
+        "cluster_authorized_operations": cluster_authorized_operations(broker, req)
+        if body.include_cluster_authorized_operations else NOT_REQUESTED,
     })

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
-from broker.config import BROKER_DEFAULTS, DYNAMIC_BROKER_CONFIGS
+from broker.config import BROKER_DEFAULTS, DYNAMIC_BROKER_CONFIGS, is_sensitive
 from broker.config_admin import GROUP_CONFIGS, group_default
+from broker.security.authorization import DENIED_MESSAGE, DESCRIBE_CONFIGS, config_resource_error
 from protocol import kio_codec
 from storage.log.log_config import TOPIC_CONFIGS
 from protocol.errors import ErrorCode
@@ -51,11 +52,13 @@ def _synonyms(config, name: str, defaults: dict) -> list[dict]:
     once the asked name itself has one (kafka-configs.sh: `log.retention.ms=7200000 ... synonyms={DYNAMIC_BROKER_
     CONFIG:log.retention.ms=7200000, DEFAULT_CONFIG:log.retention.hours=168}`; with nothing set, `synonyms={}`)."""
     group = _GROUP_OF.get(name, (name,))
-    out = [{"name": n, "value": layer[n], "source": source}
+    hide = is_sensitive(name)
+    out = [{"name": n, "value": None if hide else layer[n], "source": source}
            for layer, source in ((config.dynamic_broker, DYNAMIC_BROKER_CONFIG),
                                  (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
                                  (config.props, STATIC_BROKER_CONFIG)) for n in group if n in layer]
-    out += [{"name": n, "value": defaults[n], "source": DEFAULT_CONFIG} for n in group if defaults.get(n) is not None]
+    out += [{"name": n, "value": None if hide else defaults[n], "source": DEFAULT_CONFIG}
+            for n in group if defaults.get(n) is not None]
     while out and out[0]["name"] != name:
         out.pop(0)
     return out
@@ -90,13 +93,6 @@ def absolute_store_url(url: str) -> str:
     return "file://" + quote(str(Path(parts.netloc + unquote(parts.path)).resolve()))
 
 
-_SENSITIVE_WORDS = ("secret", "password", "token", "access.key", "credential")
-
-
-def is_sensitive(name: str) -> bool:
-    """Kafka answers PASSWORD-type configs with a null value and isSensitive=true; Strata's secrets are the object
-    store credentials (`remote.log.storage.manager.store.secret.access.key` and the like)."""
-    return any(w in name for w in _SENSITIVE_WORDS)
 
 
 def _broker_entries(broker) -> list[dict]:
@@ -150,7 +146,11 @@ def handle(broker, req):
     for r in body.resources:
         res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
                "resource_name": r.resource_name, "configs": []}
-        if r.resource_type == TOPIC:
+        # Kafka's ConfigHelper: DESCRIBE_CONFIGS on the topic, the group, or the cluster for BROKER resources
+        denied = config_resource_error(broker, req, DESCRIBE_CONFIGS, r.resource_type, r.resource_name)
+        if denied:
+            res.update(error_code=denied, error_message=DENIED_MESSAGE[denied])
+        elif r.resource_type == TOPIC:
             info = broker.topics.get(r.resource_name)
             if info is None:
                 res.update(error_code=ErrorCode.unknown_topic_or_partition,

@@ -3,6 +3,8 @@ An unknown group is reported as Dead (v0-5) or ErrorCode.group_id_not_found (v6+
 from __future__ import annotations
 
 from broker.groups.classic.group_metadata import DEAD
+from broker.security.authorization import (DESCRIBE, GROUP, GROUP_DENIED, NOT_REQUESTED, authorize,
+                                           authorized_operations)
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -10,17 +12,19 @@ API_KEY = 15
 VERSIONS = (0, 6)
 DECODABLE = (0, 6)
 
-NOT_PROVIDED = -2147483648
-# READ(3), DELETE(6), DESCRIBE(8): what a group allows when no authorizer is configured.
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
-    ops = GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False) else NOT_PROVIDED
-    out = []
+    with_ops = v >= 3 and getattr(body, "include_authorized_operations", False)
+    out, refused = [], []
     for group_id in body.groups:
+        if not authorize(broker, req, DESCRIBE, GROUP, group_id):     # DescribeGroupsResponse.groupError
+            refused.append({"error_code": GROUP_DENIED, "error_message": None, "group_id": group_id,
+                            "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+                            "authorized_operations": NOT_REQUESTED})
+            continue
         s = broker.groups.describe_group(group_id)
         err, message = s.error, None
         if err == ErrorCode.group_id_not_found:
@@ -35,6 +39,7 @@ def handle(broker, req):
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
                          "member_metadata": m.metadata, "member_assignment": m.assignment} for m in s.members],
-            "authorized_operations": ops,
+            "authorized_operations": authorized_operations(broker, req, GROUP, group_id) if with_ops and not err
+            else NOT_REQUESTED,
         })
-    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "groups": out})
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "groups": refused + out})

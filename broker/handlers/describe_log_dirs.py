@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 
+from broker.security.authorization import CLUSTER_DENIED, DESCRIBE, authorize_cluster
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -18,6 +19,8 @@ DECODABLE = (1, 4)
 def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    if not authorize_cluster(broker, req, DESCRIBE):
+        return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": CLUSTER_DENIED, "results": []})
     wanted = None if body.topics is None else {(t.topic, p) for t in body.topics for p in t.partitions}
     topics: dict[str, list[dict]] = {}
     for part in broker.replicas.hosted():

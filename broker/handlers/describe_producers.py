@@ -3,6 +3,7 @@ sequence and timestamp, coordinator epoch and the first offset of its open trans
 describe-producers, find-hanging)."""
 from __future__ import annotations
 
+from broker.security.authorization import DENIED_MESSAGE, READ, TOPIC_DENIED, name_checker
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -15,12 +16,16 @@ def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     topics = []
+    readable = name_checker(broker, req, READ)          # Kafka asks READ (not DESCRIBE) on the topic
     for t in body.topics:
         parts = []
+        denied = readable is not None and not readable(t.name)
         for index in t.partition_indexes:
-            part = broker.replicas.get(t.name, index)
+            part = broker.replicas.get(t.name, index) if not denied else None
             entry = {"partition_index": index, "error_code": 0, "error_message": None, "active_producers": []}
-            if part is None:
+            if denied:
+                entry.update(error_code=TOPIC_DENIED, error_message=DENIED_MESSAGE[TOPIC_DENIED])
+            elif part is None:
                 entry["error_code"] = broker.replicas.missing_error(t.name, index) if broker.topics.get(t.name) \
                     else ErrorCode.unknown_topic_or_partition
             elif part.not_leader_error():

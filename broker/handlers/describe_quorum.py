@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from broker.security.authorization import CLUSTER_DENIED, DESCRIBE, authorize_cluster
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -19,6 +20,9 @@ METADATA_TOPIC = "__cluster_metadata"
 def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    if not authorize_cluster(broker, req, DESCRIBE):    # Kafka's controller: DESCRIBE on the cluster
+        return kio_codec.encode_response(API_KEY, v, {"error_code": CLUSTER_DENIED, "error_message": None,
+                                                      "topics": [], "nodes": []})
     asked = [(t.topic_name, p.partition_index) for t in body.topics for p in t.partitions]
     if asked != [(METADATA_TOPIC, 0)]:
         return kio_codec.encode_response(API_KEY, v, {"error_code": ErrorCode.unknown_topic_or_partition,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import uuid
 
+from broker.security.authorization import (DESCRIBE, NOT_REQUESTED, TOPIC, TOPIC_DENIED, authorized_operations,
+                                           name_checker)
 from broker.topic_admin import topic_name_error
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -36,7 +38,7 @@ def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     try:
-        answer = describe(broker, body)
+        answer = describe(broker, body, req)
     except _InvalidRequest:               # Kafka's getErrorResponse: the error on every topic asked for
         answer = {"topics": [{"error_code": ErrorCode.invalid_request, "name": t.name, "topic_id": _ZERO_UUID,
                               "is_internal": False, "partitions": [],
@@ -45,7 +47,10 @@ def handle(broker, req):
     return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, **answer})
 
 
-def describe(broker, body) -> dict:
+def describe(broker, body, req=None) -> dict:
+    """With an authorizer (Kafka's DescribeTopicPartitionsRequestHandler): only topics the principal may describe
+    are paged; named ones it may not answer TOPIC_AUTHORIZATION_FAILED after the others, and each topic answered
+    carries the principal's authorized operations on it."""
     image = broker.topics.image
     cursor = body.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
@@ -57,6 +62,13 @@ def describe(broker, body) -> dict:
         if cursor is not None and cursor.topic_name not in names:
             raise _InvalidRequest(f"DescribeTopicPartitionsRequest topic list should contain the cursor topic: "
                                   f"{cursor.topic_name}")
+    describable = name_checker(broker, req, DESCRIBE) if req is not None else None
+    refused = []
+    if describable is not None:
+        refused = [{"error_code": TOPIC_DENIED, "name": n, "topic_id": _ZERO_UUID, "is_internal": False,
+                    "partitions": [], "topic_authorized_operations": NOT_REQUESTED}
+                   for n in sorted(names) if not fetch_all and not describable(n)]
+        names = {n for n in names if describable(n)}
     limit = min(broker.config.get_int("max.request.partition.size.limit"), body.response_partition_limit)
     remaining = limit
     topics, next_cursor = [], None
@@ -83,7 +95,10 @@ def describe(broker, body) -> dict:
             next_cursor = {"topic_name": name, "partition_index": upper}
             break
         remaining -= len(indexes)
-    return {"topics": topics, "next_cursor": next_cursor}
+    if describable is not None:
+        for t in topics:
+            t["topic_authorized_operations"] = authorized_operations(broker, req, TOPIC, t["name"])
+    return {"topics": topics + refused, "next_cursor": next_cursor}
 
 
 def _partition(index: int, p, live: set[int]) -> dict:

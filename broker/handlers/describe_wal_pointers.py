@@ -26,6 +26,7 @@ the local list covers. Offsets a reader may read are below the last stable offse
 their markers in the log already, so the list is complete for them."""
 from __future__ import annotations
 
+from broker.security.authorization import CLUSTER_ACTION, READ, TOPIC_DENIED, authorize_cluster, name_checker
 from protocol.errors import ErrorCode
 from protocol.replica_fetch import encode_wal_pointers
 from protocol.wire import (
@@ -74,14 +75,19 @@ def handle(broker, req):
     version = req.api_version
     max_bytes, isolation, topics = decode(req.frame, req.body_offset, version)
     out = [I32.pack(0), array_len(len(topics), False)]
+    # the records' locations are as good as the records: READ on the topic, as for Fetch (or CLUSTER_ACTION, a broker)
+    readable = None if authorize_cluster(broker, req, CLUSTER_ACTION) else name_checker(broker, req, READ)
     for name, parts in topics:
         out += [string(name, False), array_len(len(parts), False)]
+        denied = readable is not None and not readable(name)
         for index, offset, *txn_range in parts:
-            part = broker.replicas.get(name, index)
+            part = broker.replicas.get(name, index) if not denied else None
             hw = start = lso = local_start = -1
             wal = encode_wal_pointers("", [])
             aborted = []
-            if part is None:
+            if denied:
+                err = TOPIC_DENIED
+            elif part is None:
                 err = broker.replicas.missing_error(name, index)
             elif err := part.not_leader_error():
                 pass

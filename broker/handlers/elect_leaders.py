@@ -4,6 +4,7 @@ false; for one with a leader it is not needed (ELECTION_NOT_NEEDED, as Kafka ans
 other brokers forward it."""
 from __future__ import annotations
 
+from broker.security.authorization import ALTER, CLUSTER_DENIED, DENIED_MESSAGE, authorize_cluster
 from broker.topic_admin import AdminError, submit
 from metadata.cluster_control import elect_preferred_operation, partitions_of
 from protocol import kio_codec
@@ -27,12 +28,16 @@ async def handle(broker, req):
 
     top_error = 0
     try:
+        if not authorize_cluster(broker, req, ALTER):     # Kafka: ALTER on the cluster, the error on every partition
+            raise AdminError(CLUSTER_DENIED, DENIED_MESSAGE[CLUSTER_DENIED])
         if election != PREFERRED:
             outcome = {k: _unclean(broker.topics.image, *k) for k in partitions_of(broker.topics.image, wanted)}
         else:
             outcome = {k: (err, None) for k, err in (await submit(broker, elect_preferred_operation(wanted))).items()}
     except AdminError as e:                  # NOT_CONTROLLER: for each partition asked for, or for the request
         top_error, outcome = (e.code, {}) if wanted is None else (0, {k: (e.code, str(e)) for k in wanted})
+        if e.code == CLUSTER_DENIED:         # ElectLeadersRequest.getErrorResponse: at the top level too
+            top_error = e.code
     if body.topic_partitions is None:        # Kafka lists only the partitions it changed or failed for
         outcome = {k: r for k, r in outcome.items() if r[0] != ErrorCode.election_not_needed}
     topics: dict[str, list] = {}

@@ -18,6 +18,7 @@ import uuid
 from broker.fetch_session import FetchSession, SessionPartition
 from broker.current_leader import current_leaders
 from broker.replica_selector import preferred_read_replica
+from broker.security.authorization import CLUSTER_ACTION, READ, TOPIC_DENIED, authorize_cluster, name_checker
 from protocol import kio_codec
 from protocol.wire import I16, I32, I64, array_len, leader_id_and_epoch, node_endpoints, string, tagged_fields
 from protocol.errors import ApiError, ErrorCode
@@ -108,11 +109,17 @@ def handle(broker, req):
                                       getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1)))
 
     replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
+    secured = getattr(broker, "authorizer", None) is not None      # the one test when no authorizer is configured
     if replica_id >= 0:
+        if secured and not authorize_cluster(broker, req, CLUSTER_ACTION):   # Kafka: a follower needs CLUSTER_ACTION,
+            for w in wanted:                                      # else TOPIC_AUTHORIZATION_FAILED everywhere
+                w.error = TOPIC_DENIED
+            return _finish(broker, version, 0, wanted, [((), 0)] * len(wanted), False, False, by_id, consumer=False)
         return _follower_fetch(broker, version, body, wanted, replica_id, by_id)
     # Kafka's FetchParams.fetchOnlyLeader: a consumer without client metadata (before v11) reads from leaders only
     leader_only = version < 11
-    _resolve(broker, wanted, by_id, leader_only)
+    readable = name_checker(broker, req, READ) if secured else None     # READ, once per topic
+    _resolve(broker, wanted, by_id, leader_only, readable)
     _check_last_fetched_epoch(wanted)
     if not leader_only and broker.replica_selector is not None:
         image, now, rack = broker.topics.image, time.monotonic(), body.rack_id or None
@@ -132,11 +139,11 @@ def handle(broker, req):
             any(w.error or w.preferred >= 0 or w.diverging for w in wanted):
         return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
     return _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                             max_wait, min_bytes, max_bytes, leader_only)
+                             max_wait, min_bytes, max_bytes, leader_only, readable)
 
 
 async def _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                            max_wait, min_bytes, max_bytes, leader_only):
+                            max_wait, min_bytes, max_bytes, leader_only, readable=None):
     deadline = time.monotonic() + max_wait
     parts = [w.part for w in wanted if w.part is not None]
     results, total = _read_all(wanted, max_bytes, read_committed=read_committed)   # again: an append before this
@@ -150,7 +157,7 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
         if remaining <= 0:
             break
         await broker.replicas.wait_for_data(parts, remaining)
-        _resolve(broker, wanted, by_id, leader_only)  # a topic may have been deleted, or leadership moved, meanwhile
+        _resolve(broker, wanted, by_id, leader_only, readable)  # a topic may be gone, or leadership moved, meanwhile
         results, total = _read_all(wanted, max_bytes, read_committed=read_committed)
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
 
@@ -231,16 +238,24 @@ def _count_replication_bytes(broker, replica_id: int, results) -> None:
         metrics.sent_to_follower(sent, cross)
 
 
-def _resolve(broker, wanted: list[_Wanted], by_id: bool, leader_only: bool = True) -> None:
+def _resolve(broker, wanted: list[_Wanted], by_id: bool, leader_only: bool = True, readable=None) -> None:
     """Each partition's replica on this broker, or the error to answer: a follower serves only fetches that may
-    read from any replica (`leader_only` False), after the same leader-epoch check (KIP-320) as the leader."""
+    read from any replica (`leader_only` False), after the same leader-epoch check (KIP-320) as the leader.
+    `readable` (with an authorizer): name -> READ allowed; a refused topic is TOPIC_AUTHORIZATION_FAILED, checked
+    after an unknown topic id and before the partition's existence, as Kafka does."""
     cache: dict = {}
     for w in wanted:
         tkey = w.key[0]
-        if tkey not in cache:
+        hit = cache.get(tkey)
+        if hit is None:
             info = broker.topics.by_id(tkey) if by_id else broker.topics.get(tkey)
-            cache[tkey] = info.name if info is not None else None
-        name = cache[tkey]
+            name = info.name if info is not None else None
+            hit = cache[tkey] = (name, readable is not None and (name is not None or not by_id) and
+                                 not readable(name if by_id else tkey))
+        name, denied = hit
+        if denied:
+            w.part, w.error = None, TOPIC_DENIED
+            continue
         w.part = broker.replicas.get(name, w.index) if name is not None else None
         if w.part is None:
             w.error = ErrorCode.unknown_topic_id if by_id and name is None else \

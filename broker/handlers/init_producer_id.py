@@ -7,6 +7,9 @@ an epoch bump that fences the previous producer of the id, aborting its open tra
 """
 from __future__ import annotations
 
+from broker.security.authorization import (CLUSTER_DENIED, IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID,
+                                           TRANSACTIONAL_ID_DENIED, WRITE, authorize, authorize_by_resource_type,
+                                           authorize_cluster)
 from broker.transactions.verification import fenced_as_invalid_epoch
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -20,6 +23,14 @@ async def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     resp = {"throttle_time": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
+    # Kafka: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on
+    # some topic (KIP-679)
+    if body.transactional_id is not None:
+        if not authorize(broker, req, WRITE, TRANSACTIONAL_ID, body.transactional_id):
+            return kio_codec.encode_response(API_KEY, v, {**resp, "error_code": TRANSACTIONAL_ID_DENIED})
+    elif not authorize_cluster(broker, req, IDEMPOTENT_WRITE) and \
+            not authorize_by_resource_type(broker, req, WRITE, TOPIC):
+        return kio_codec.encode_response(API_KEY, v, {**resp, "error_code": CLUSTER_DENIED})
     if body.transactional_id is not None:
         pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
         expected = (pid, epoch) if pid >= 0 else None

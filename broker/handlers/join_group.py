@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 
+from broker.security.authorization import GROUP, GROUP_DENIED, READ, authorize
 from protocol import kio_codec
 
 API_KEY = 11
@@ -19,6 +20,10 @@ _MS = datetime.timedelta(milliseconds=1)
 def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    if not authorize(broker, req, READ, GROUP, body.group_id):
+        return kio_codec.encode_response(API_KEY, v, {      # JoinGroupRequest.getErrorResponse
+            "throttle_time": 0, "error_code": GROUP_DENIED, "generation_id": -1, "leader": "", "member_id": "",
+            "protocol_name": None if v >= 7 else "", "members": []})
     session_ms = body.session_timeout // _MS
     rebalance_ms = body.rebalance_timeout // _MS if v >= 1 else session_ms
     fut = broker.groups.join_group(

@@ -1,6 +1,7 @@
 """LeaveGroup (key 13): one member (v0-2) or a batch of members, by member id or group.instance.id (v3+)."""
 from __future__ import annotations
 
+from broker.security.authorization import GROUP, GROUP_DENIED, READ, authorize
 from protocol import kio_codec
 
 API_KEY = 13
@@ -11,6 +12,8 @@ DECODABLE = (0, 5)
 def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
+    if not authorize(broker, req, READ, GROUP, body.group_id):
+        return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "error_code": GROUP_DENIED, "members": []})
     if v >= 3:
         members = [(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in body.members]
     else:

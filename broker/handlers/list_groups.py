@@ -2,6 +2,7 @@
 case-insensitive); ErrorCode.coordinator_load_in_progress while __consumer_offsets is still loading (as Kafka)."""
 from __future__ import annotations
 
+from broker.security.authorization import DESCRIBE, GROUP, authorize_cluster, name_checker
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -18,6 +19,9 @@ def handle(broker, req):
                                                       "groups": []})
     groups = broker.groups.list_groups(list(getattr(body, "states_filter", ()) or ()),
                                        list(getattr(body, "types_filter", ()) or ()))
+    if not authorize_cluster(broker, req, DESCRIBE):       # without DESCRIBE on the cluster: the groups it may describe
+        allowed = name_checker(broker, req, DESCRIBE, GROUP)
+        groups = [g for g in groups if allowed(g.group_id)]
     return kio_codec.encode_response(API_KEY, v, {
         "throttle_time": 0, "error_code": 0,
         "groups": [{"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,

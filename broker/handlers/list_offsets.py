@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from broker.handlers.offset_for_leader_epoch import check_current_epoch
+from broker.security.authorization import DESCRIBE, TOPIC_DENIED, name_checker
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -33,12 +34,16 @@ def handle(broker, req):
     topics = []
     pending = []
     read_committed = getattr(body, "isolation_level", 0) == 1      # v2+: latest is the last stable offset
+    describable = name_checker(broker, req, DESCRIBE)
     for t in body.topics:
         parts = []
+        denied = describable is not None and not describable(t.name)
         for p in t.partitions:
-            part = broker.replicas.get(t.name, p.partition_index)
+            part = broker.replicas.get(t.name, p.partition_index) if not denied else None
             epoch = getattr(p, "current_leader_epoch", -1)
-            if part is None:
+            if denied:
+                res = TOPIC_DENIED, -1, -1, -1
+            elif part is None:
                 res = broker.replicas.missing_error(t.name, p.partition_index), -1, -1, -1
             elif p.timestamp < -2 and v < _MIN_VERSION.get(p.timestamp, 99):
                 res = ErrorCode.unsupported_version, -1, -1, -1

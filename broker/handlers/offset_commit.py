@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 
 from broker.groups.classic.group_metadata import DEFAULT_RETENTION_TIME
+from broker.security.authorization import GROUP, GROUP_DENIED, READ, TOPIC_DENIED, authorize, name_checker
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -27,12 +28,19 @@ def handle(broker, req):
     errors: dict[tuple[str, int], int] = {}
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     order: list[tuple[str, int]] = []
+    # Kafka: READ on the group (else every partition GROUP_AUTHORIZATION_FAILED), then READ on each topic
+    group_denied = not authorize(broker, req, READ, GROUP, body.group_id)
+    readable = name_checker(broker, req, READ)
     for t in body.topics:
         info = broker.topics.get(t.name) if t.name is not None else None
+        denied = GROUP_DENIED if group_denied else \
+            TOPIC_DENIED if readable is not None and not readable(t.name) else 0
         for p in t.partitions:
             tp = (t.name, p.partition_index)
             order.append(tp)
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if denied:
+                errors[tp] = denied
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)

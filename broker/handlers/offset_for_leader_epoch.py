@@ -9,6 +9,7 @@ Versions 2-4, as Kafka 4 (KIP-896 removed 0 and 1).
 """
 from __future__ import annotations
 
+from broker.security.authorization import CLUSTER_ACTION, DESCRIBE, TOPIC_DENIED, authorize_cluster, name_checker
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -21,12 +22,17 @@ def handle(broker, req):
     v = req.api_version
     body = kio_codec.decode_request(API_KEY, v, req.readonly(), req.body_offset)
     topics = []
+    # Kafka (KIP-320): CLUSTER_ACTION on the cluster (a follower), else DESCRIBE on each topic (a consumer)
+    describable = None if authorize_cluster(broker, req, CLUSTER_ACTION) else name_checker(broker, req, DESCRIBE)
     for t in body.topics:
         parts = []
+        denied = describable is not None and not describable(t.topic)
         for p in t.partitions:
             entry = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
-            part = broker.replicas.get(t.topic, p.partition)
-            if part is None:
+            part = broker.replicas.get(t.topic, p.partition) if not denied else None
+            if denied:
+                entry["error_code"] = TOPIC_DENIED
+            elif part is None:
                 entry["error_code"] = broker.replicas.missing_error(t.topic, p.partition)
             elif err := part.not_leader_error() or check_current_epoch(part, p.current_leader_epoch):
                 entry["error_code"] = err

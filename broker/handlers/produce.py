@@ -12,6 +12,8 @@ import struct
 import time
 
 from broker.current_leader import current_leaders
+from broker.security.authorization import (TOPIC_DENIED, TRANSACTIONAL_ID, TRANSACTIONAL_ID_DENIED, WRITE, authorize,
+                                           name_checker)
 from protocol.record_batch import InvalidRecordError, LegacyMagicError, split_and_validate
 from protocol.records import iter_records, null_key_indexes, recompress_batch
 from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, leader_id_and_epoch, node_endpoints,
@@ -32,7 +34,8 @@ log = logging.getLogger("strata.produce")
 _UNKNOWN_APPEND_INFO = frozenset({
     ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower, ErrorCode.message_too_large,
     ErrorCode.record_list_too_large, ErrorCode.corrupt_message, ErrorCode.kafka_storage_error,
-    ErrorCode.unknown_topic_id, ErrorCode.invalid_topic_exception, ErrorCode.transactional_id_authorization_failed})
+    ErrorCode.unknown_topic_id, ErrorCode.invalid_topic_exception, ErrorCode.transactional_id_authorization_failed,
+    ErrorCode.topic_authorization_failed})
 
 # Kafka's Topic.INTERNAL_TOPICS: clients may not append to them, except Kafka's own admin client id ("__admin_client")
 # and, here, other Strata brokers writing a coordinator's records to the partition's leader.
@@ -76,18 +79,34 @@ def _verifies(broker, version: int) -> bool:
 
 def handle(broker, req):
     parsed = parse(req.frame, req.body_offset, req.api_version, req.flexible)
+    denied = _unauthorized(broker, req, parsed) if getattr(broker, "authorizer", None) is not None else None
     if parsed[0] is not None and _verifies(broker, req.api_version):
-        need = _needs_verification(broker, parsed[3])
+        need = _needs_verification(broker, parsed[3], denied)
         if need:
-            return _verify_then_produce(broker, req, parsed, need)
-    return _produce(broker, req, parsed)
+            return _verify_then_produce(broker, req, parsed, need, denied)
+    return _produce(broker, req, parsed, denied=denied)
 
 
-def _needs_verification(broker, topics) -> dict:
+def _unauthorized(broker, req, parsed) -> dict | None:
+    """Kafka's checks, once per topic: transactional records need WRITE on the transactional id (else every
+    partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and each topic WRITE (else TOPIC_AUTHORIZATION_FAILED).
+    -> {topic: error} for the refused topics, or None."""
+    txn_id, topics = parsed[0], parsed[3]
+    if txn_id is not None and _has_transactional(topics) and \
+            not authorize(broker, req, WRITE, TRANSACTIONAL_ID, txn_id):
+        return {name: TRANSACTIONAL_ID_DENIED for name, _ in topics}
+    writable = name_checker(broker, req, WRITE)
+    denied = {name: TOPIC_DENIED for name, _ in topics if not writable(name)}
+    return denied or None
+
+
+def _needs_verification(broker, topics, denied: dict | None = None) -> dict:
     """KIP-890 part 1: the partitions led here whose transactional batch would begin its producer's transaction
-    here: {(topic, partition): (producer id, epoch, guard)} (verification.py)."""
+    here: {(topic, partition): (producer id, epoch, guard)} (verification.py). Refused topics are never verified."""
     need = {}
     for name, parts in topics:
+        if denied and name in denied:
+            continue
         for index, records in parts:
             if records is None or len(records) < 61 or records[16] != 2 or not records[22] & 0x10:
                 continue
@@ -101,22 +120,22 @@ def _needs_verification(broker, topics) -> dict:
     return need
 
 
-async def _verify_then_produce(broker, req, parsed, need: dict):
+async def _verify_then_produce(broker, req, parsed, need: dict, denied: dict | None = None):
     from broker.transactions.verification import add_or_verify, client_error
     pid, epoch, _ = next(iter(need.values()))
     add = req.api_version >= 12
     answers = await add_or_verify(broker, parsed[0], pid, epoch, lambda: {
-        tp: guard for tp, (_, _, guard) in _needs_verification(broker, parsed[3]).items()}, add)
+        tp: guard for tp, (_, _, guard) in _needs_verification(broker, parsed[3], denied).items()}, add)
     generic = req.api_version > 10         # Kafka's genericError: these clients know TRANSACTION_ABORTABLE
     verified = {tp: (client_error(code, generic, epoch_bump=add) if code else 0, guard)
                 for tp, (code, guard) in answers.items()}
-    result = _produce(broker, req, parsed, verified)
+    result = _produce(broker, req, parsed, verified, denied)
     return await result if inspect.isawaitable(result) else result
 
 
-def _produce(broker, req, parsed, verified: dict | None = None):
+def _produce(broker, req, parsed, verified: dict | None = None, denied: dict | None = None):
     """`verified`: {(topic, partition): (error, guard)} from KIP-890 verification (an error refuses the partition,
-    as Kafka's ReplicaManager does before appending)."""
+    as Kafka's ReplicaManager does before appending); `denied`: {topic: error} refused by the authorizer."""
     version, flexible = req.api_version, req.flexible
     txn_id, acks, timeout_ms, topics = parsed
     replicas = broker.replicas
@@ -129,6 +148,7 @@ def _produce(broker, req, parsed, verified: dict | None = None):
     internal_allowed = req.client_id == "__admin_client" or (req.client_id or "").startswith("strata-broker-")
     for name, parts in topics:
         topic = broker.topics.get(name) if name is not None else None
+        topic_denied = denied.get(name, 0) if denied else 0
         out_parts = []
         appended = messages = 0
         for index, records in parts:
@@ -137,6 +157,8 @@ def _produce(broker, req, parsed, verified: dict | None = None):
             part = replicas.get(name, index) if topic is not None else None
             if refused:
                 err = refused
+            elif topic_denied:
+                err = topic_denied
             elif acks not in (-1, 0, 1):
                 err = ErrorCode.invalid_required_acks
             elif part is None:

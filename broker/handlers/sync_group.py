@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from broker.groups.classic.group_metadata import SyncResult
+from broker.security.authorization import GROUP, GROUP_DENIED, READ, authorize
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -17,6 +18,8 @@ def handle(broker, req):
     protocol_name = getattr(body, "protocol_name", None)
     if v >= 5 and (protocol_type is None or protocol_name is None):
         return _encode(v, SyncResult(ErrorCode.inconsistent_group_protocol))   # both are mandatory from v5
+    if not authorize(broker, req, READ, GROUP, body.group_id):
+        return _encode(v, SyncResult(GROUP_DENIED))
     assignments = {}
     for a in body.assignments:
         assignments[a.member_id] = a.assignment

@@ -6,6 +6,8 @@ offsets). Generation and member are checked like OffsetCommit's when the produce
 from __future__ import annotations
 
 from broker.groups.metadata_store import OFFSETS_TOPIC
+from broker.security.authorization import (GROUP, GROUP_DENIED, READ, TOPIC_DENIED, TRANSACTIONAL_ID,
+                                           TRANSACTIONAL_ID_DENIED, WRITE, authorize, name_checker)
 from broker.transactions.verification import add_or_verify, client_error
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -21,12 +23,19 @@ async def handle(broker, req):
     errors: dict[tuple[str, int], int] = {}
     offsets = {}
     order = []
+    # Kafka: WRITE on the transactional id, READ on the group (either refusal answers every partition), READ on topics
+    denied = TRANSACTIONAL_ID_DENIED if not authorize(broker, req, WRITE, TRANSACTIONAL_ID, body.transactional_id) \
+        else GROUP_DENIED if not authorize(broker, req, READ, GROUP, body.group_id) else 0
+    readable = name_checker(broker, req, READ)
     for t in body.topics:
         info = broker.topics.get(t.name)
+        topic_denied = denied or (TOPIC_DENIED if readable is not None and not readable(t.name) else 0)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
             order.append(tp)
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if topic_denied:
+                errors[tp] = topic_denied
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)

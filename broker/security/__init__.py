@@ -1,0 +1,1 @@
+"""Broker security: listeners, authentication (SASL, TLS principals) and authorization (ACLs)."""

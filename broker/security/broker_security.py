@@ -1,0 +1,58 @@
+"""A broker's security set-up, built once at start from its config: the listeners and what they advertise, each
+SSL listener's TLS context and certificate-to-principal mapping, and how this broker secures its own connections to
+other brokers (the inter-broker listener, `sasl.mechanism.inter.broker.protocol`) and to the controller
+(`controller.listener.names`, `sasl.mechanism.controller.protocol`)."""
+from __future__ import annotations
+
+from broker.security.listeners import ListenerConfig, listener_setting, mechanism_setting
+from protocol.client_security import ClientSecurity
+from protocol.sasl.principal_mapper import SslPrincipalMapper
+from protocol.tls import client_context, peer_subject, server_context
+
+
+class BrokerSecurity:
+    def __init__(self, config):
+        self.config = config
+        self.listeners = ListenerConfig.from_config(config)
+        self.server_contexts = {}
+        self.mappers = {}
+        for lst in self.listeners.listeners:
+            if lst.ssl:
+                get = self._getter(lst.name)
+                self.server_contexts[lst.name] = server_context(get)
+                self.mappers[lst.name] = SslPrincipalMapper.from_rules(get("ssl.principal.mapping.rules") or "DEFAULT")
+        self.inter_broker = self.client_security(self.listeners.inter_broker, "sasl.mechanism.inter.broker.protocol")
+        # without controller.listener.names the controller is reached like any broker, with the same mechanism
+        self.controller = self.client_security(self.listeners.controller, "sasl.mechanism.controller.protocol") \
+            if config.get("controller.listener.names").strip() else self.inter_broker
+
+    def _getter(self, listener: str):
+        return lambda key: listener_setting(self.config, listener, key)
+
+    def ssl_principal(self, listener: str, ssl_object) -> str:
+        """"User:<mapped subject>" for a verified client certificate, else User:ANONYMOUS (Kafka's
+        DefaultKafkaPrincipalBuilder on an SSL channel)."""
+        subject = peer_subject(ssl_object)
+        if subject is None:
+            return "User:ANONYMOUS"
+        return "User:" + self.mappers[listener].get_name(subject)
+
+    def client_security(self, listener_name: str, mechanism_key: str) -> ClientSecurity | None:
+        """How this broker connects to `listener_name` on its peers: that listener's protocol, its truststore and
+        keystore (the broker's own certificate, for mutual TLS), and for SASL the mechanism named by
+        `mechanism_key` with the username and password of the listener's JAAS config for it."""
+        lst = self.listeners.by_name(listener_name)
+        if lst.security_protocol == "PLAINTEXT":
+            return None
+        sec = ClientSecurity()
+        if lst.ssl:
+            sec.ssl_context = client_context(self._getter(lst.name))
+        if lst.sasl:
+            from protocol.sasl import client_from_config
+            mechanism = self.config.get(mechanism_key).strip().upper()
+            settings = {"sasl.mechanism": mechanism,
+                        "sasl.jaas.config": mechanism_setting(self.config, lst.name, mechanism, "sasl.jaas.config")}
+            client_from_config(settings)           # fails at start-up when the broker has no credentials for it
+            sec.sasl_mechanism = mechanism
+            sec.sasl_client = lambda: client_from_config(settings)
+        return sec
