@@ -134,23 +134,26 @@ def handle(broker, req):
 
     results, total = _read_all(wanted, max_bytes, read_committed=read_committed)
     if any(w.remote is not None for w in wanted):
-        return _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
+        return _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
+                                   req.listener)
     if max_wait <= 0 or total >= min_bytes or not wanted or \
             any(w.error or w.preferred >= 0 or w.diverging for w in wanted):
-        return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
+        return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
+                       listener=req.listener)
     return _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                             max_wait, min_bytes, max_bytes, leader_only, readable)
+                             max_wait, min_bytes, max_bytes, leader_only, readable, req.listener)
 
 
 async def _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                            max_wait, min_bytes, max_bytes, leader_only, readable=None):
+                            max_wait, min_bytes, max_bytes, leader_only, readable=None, listener: str = ""):
     deadline = time.monotonic() + max_wait
     parts = [w.part for w in wanted if w.part is not None]
     results, total = _read_all(wanted, max_bytes, read_committed=read_committed)   # again: an append before this
     # first step woke nobody
     while True:
         if any(w.remote is not None for w in wanted):
-            return await _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
+            return await _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
+                                             listener)
         if total >= min_bytes or any(w.error for w in wanted):
             break
         remaining = deadline - time.monotonic()
@@ -159,10 +162,11 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
         await broker.replicas.wait_for_data(parts, remaining)
         _resolve(broker, wanted, by_id, leader_only, readable)  # a topic may be gone, or leadership moved, meanwhile
         results, total = _read_all(wanted, max_bytes, read_committed=read_committed)
-    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
+    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener)
 
 
-async def _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id):
+async def _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
+                              listener: str = ""):
     """Kafka's DelayedRemoteFetch: answer when the remote reads are done or after remote.fetch.max.wait.ms; a read
     still running then yields no records and no error (the client fetches the same offset again and gets the
     read's result), a failed one UNKNOWN_SERVER_ERROR (what Kafka maps a RemoteStorageException to)."""
@@ -181,7 +185,7 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
             except Exception as e:                      # a remote index that cannot be read: as a failed read
                 log.warning("aborted transactions of %s-%d from the remote tier: %s", w.part.topic, w.index, e)
                 results[i], w.error = ((), 0), UNKNOWN_SERVER_ERROR
-    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id)
+    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener)
 
 
 def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool):
@@ -311,7 +315,8 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: flo
     return results, total
 
 
-def _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, consumer: bool = True):
+def _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, consumer: bool = True,
+            listener: str = ""):
     """Encode the response; count bytes out per topic (consumers only) and the error codes it carries, as Kafka's
     FetchResponse.errorCounts does: the top-level one and one per partition in the response, NONE included."""
     topics: list[tuple[object, list]] = []
@@ -354,7 +359,7 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
         topics[index[tkey]][1].append((w.index, w.error, hw, lso, log_start, w.preferred, views, size, w.diverging,
                                        encode_wal_pointers(part.wal.store_name, w.pointers) if w.pointers else None,
                                        aborted))
-    leaders = current_leaders(broker.topics.image, ((w.key[0], w.index, w.error) for w in wanted)) \
+    leaders = current_leaders(broker.topics.image, ((w.key[0], w.index, w.error) for w in wanted), listener) \
         if version >= 12 and any(w.error for w in wanted) else None
     broker.request_errors.add(API_KEY, none, errors)
     return _encode(version, 0, sid, topics, by_id, leaders)

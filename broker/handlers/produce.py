@@ -219,9 +219,9 @@ def _produce(broker, req, parsed, verified: dict | None = None, denied: dict | N
         _count_errors(broker, out_topics, acks_zero=True)
         return None
     if delayed:
-        return _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms)
+        return _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms, req.listener)
     _count_errors(broker, out_topics)
-    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics))
+    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, req.listener))
 
 
 def _count_errors(broker, out_topics, acks_zero: bool = False) -> None:
@@ -239,7 +239,7 @@ def _count_errors(broker, out_topics, acks_zero: bool = False) -> None:
     broker.request_errors.add(API_KEY, 0 if acks_zero else n - (sum(errors.values()) if errors else 0), errors)
 
 
-async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms: int):
+async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms: int, listener: str = ""):
     """Kafka's DelayedProduce: answer acks=all when the high watermark passes every batch, REQUEST_TIMED_OUT for
     one that it did not pass within the request's timeout, NOT_LEADER_OR_FOLLOWER when leadership moved, and
     NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile."""
@@ -250,15 +250,15 @@ async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeo
             index, _, base_offset, append_time, log_start, _, record_errors = out_topics[ti][1][pi]
             out_topics[ti][1][pi] = (index, err, base_offset, append_time, log_start, None, record_errors)
     _count_errors(broker, out_topics)
-    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics))
+    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, listener))
 
 
-
-def _leaders(broker, version: int, topics):
+def _leaders(broker, version: int, topics, listener: str = ""):
+    """KIP-951's current leaders, with the endpoints of the listener the request came in on."""
     if version < 10:
         return None
     failed = [(name, e[0], e[1]) for name, parts in topics for e in parts if e[1]]
-    return current_leaders(broker.topics.image, failed) if failed else None
+    return current_leaders(broker.topics.image, failed, listener) if failed else None
 
 
 _TARGET_CODEC = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # "producer": keep as sent
