@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import socket
+import ssl
 import struct
 import time
 import uuid
@@ -34,6 +35,11 @@ _CREDENTIALS = {"access.key.id", "secret.access.key", "session.token"}
 
 class BrokerUnavailable(Exception):
     """No bootstrap server accepted a connection."""
+
+
+class BrokerSecurityError(RuntimeError):
+    """A broker answered, but refused the client's credentials or showed a certificate the truststore does not
+    verify: a failure of the query, never a reason to read around the broker."""
 
 
 class OffsetLookupError(RuntimeError):
@@ -62,30 +68,66 @@ _PROBE_CORRELATION_ID = 0x53545241
 _PROBE = struct.pack(">ihhih", 10, 18, 0, _PROBE_CORRELATION_ID, -1)
 
 
-def reachable(bootstrap: str, timeout: float = 2.0) -> bool:
+def reachable(bootstrap: str, timeout: float = 2.0, security=None) -> bool:
     """True if any bootstrap server answers an ApiVersions request (librdkafka would retry until its timeout).
     A bare TCP connect is not enough: once a broker stops, another local process (Spark's own worker sockets) may
-    listen on its freed port, and on loopback a connect to an ephemeral port can even connect to itself."""
+    listen on its freed port, and on loopback a connect to an ephemeral port can even connect to itself.
+
+    `security` (ClientOptions.security(), a protocol.client_security.ClientSecurity) secures the probe as the
+    listener wants: TLS on SSL and SASL_SSL listeners; on SASL ones ApiVersions is answered before authentication,
+    and the probe then authenticates, so wrong credentials fail the query at once, with the broker's reason
+    (AuthenticationFailed), instead of librdkafka retrying until its timeouts. A broker whose certificate does not
+    verify, or a TLS listener that refuses the handshake, fails it too (BrokerSecurityError): the broker is up, and
+    reading around it from the object store is not what the user asked for."""
+    from protocol.client_security import AuthenticationFailed
+    from protocol.wal_pointers_client import authenticate
+    untrusted = None
     for server in bootstrap.split(","):
         server = server.strip()
         if "://" in server:
             server = server.split("://", 1)[1]
         host, _, port = server.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
         try:
-            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout) as s:
-                s.settimeout(timeout)
-                s.sendall(_PROBE)
-                head = b""
-                while len(head) < 8:
-                    chunk = s.recv(8 - len(head))
-                    if not chunk:
-                        break
-                    head += chunk
-            if len(head) == 8 and struct.unpack(">ii", head)[1] == _PROBE_CORRELATION_ID:
-                return True
-        except (OSError, ValueError):
+            with socket.create_connection((host, int(port)), timeout=timeout) as raw:
+                raw.settimeout(timeout)
+                s = raw
+                if security is not None and security.ssl_context is not None:
+                    s = security.ssl_context.wrap_socket(raw, server_hostname=host)
+                with s:
+                    s.sendall(_PROBE)
+                    head = _read_up_to(s, 8)
+                    if len(head) < 8 or struct.unpack(">ii", head)[1] != _PROBE_CORRELATION_ID:
+                        continue
+                    if security is not None and security.sasl_client is not None:
+                        _read_up_to(s, struct.unpack(">i", head[:4])[0] - 4)     # the rest of the answer
+                        authenticate(s, security, f"{host}:{port}", "strata-spark-probe")
+            return True
+        except ssl.SSLCertVerificationError as e:
+            untrusted = (f"TLS with {host}:{port} failed: {e.verify_message or e}: the broker's certificate does not "
+                         "verify against kafka.ssl.truststore.location (or kafka.ssl.ca.location)")
+        except ssl.SSLError as e:
+            if "ALERT" not in str(e.reason or "").upper():
+                continue
+            # a TLS server that refused the handshake (e.g. a listener that requires a client certificate)
+            untrusted = f"TLS with {host}:{port} failed: {e.reason} (kafka.ssl.keystore.location?)"
+        except AuthenticationFailed as e:
+            raise BrokerSecurityError(f"{e} (kafka.sasl.mechanism, kafka.sasl.jaas.config)") from None
+        except (OSError, ValueError, struct.error):
             continue
+    if untrusted is not None:
+        raise BrokerSecurityError(untrusted)
     return False
+
+
+def _read_up_to(s, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
 
 
 @dataclass(frozen=True)
@@ -111,6 +153,7 @@ class Cluster:
         self.client = client
         self.group_id = group_id or f"spark-kafka-relation-{uuid.uuid4()}-driver"   # the metadata consumer's
         self.timeout = client.broker_timeout_ms / 1000
+        self.security = client.security()       # the connector's own connections (DescribeWalPointers)
         self.admin = AdminClient(client.conf())
         self._metadata = None
         # __remote_log_metadata partitions read so far: a streaming query plans every micro-batch with the same
@@ -293,7 +336,8 @@ class Cluster:
             b = md.brokers[leader]
             ranges = None if txn_ranges is None else {p: txn_ranges[(t, p)] for p in offsets}
             try:
-                answer = describe_wal_pointers(b.host, b.port, t, offsets, timeout=self.timeout, txn_ranges=ranges)
+                answer = describe_wal_pointers(b.host, b.port, t, offsets, timeout=self.timeout, txn_ranges=ranges,
+                                               security=self.security)
             except (OSError, ValueError, struct.error) as e:
                 log.warning("no fast-store pointers%s from broker %d for %s: %s; those offsets are fetched",
                             "" if ranges is None else " or aborted transactions", leader, t, e)

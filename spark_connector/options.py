@@ -79,10 +79,23 @@ class ClientOptions:
     read_committed: bool = False           # kafka.isolation.level=read_committed (kept out of kafka_conf)
 
     def conf(self, **extra) -> dict:
+        """confluent-kafka properties: the kafka.* options (Kafka's Java client security names, as Spark users give
+        them, translated to librdkafka's: see librdkafka_conf) with `extra` on top."""
         base = {"bootstrap.servers": self.bootstrap, "broker.address.family": "v4"}
         base.update(dict(self.kafka_conf))
         base.update(extra)
-        return base
+        return librdkafka_conf(base)
+
+    def security(self):
+        """protocol.client_security.ClientSecurity for the connector's own connections (the reachability probe,
+        DescribeWalPointers), from the same kafka.* options; None for PLAINTEXT. Not kept on the options (an
+        SSLContext does not pickle): callers keep it for as long as they need it."""
+        import ssl
+        try:
+            return client_security(dict(self.kafka_conf))
+        except (OSError, ValueError, ssl.SSLError) as e:
+            raise StrataOptionError(f"Invalid Kafka security option (kafka.security.protocol, kafka.sasl.*, "
+                                    f"kafka.ssl.*): {e}") from None
 
 
 @dataclass(frozen=True)
@@ -169,6 +182,169 @@ def _positive(opts: Mapping[str, str], name: str, default: int | None) -> int | 
     return _integer(opts, name, default, 1)
 
 
+# ---- security: kafka.security.protocol, kafka.sasl.*, kafka.ssl.* ---------------------------------------------------
+# Spark's Kafka source hands kafka.* to Kafka's Java client, so Spark users write Kafka's names (sasl.mechanism,
+# sasl.jaas.config, ssl.truststore.location with ssl.truststore.type=PEM, ...). The connector's clients are
+# librdkafka's (confluent-kafka), plus its own connections (the reachability probe, DescribeWalPointers), which
+# Strata's protocol code secures from Kafka's names. Both namings are accepted: Kafka's are translated for librdkafka
+# (protocol.client_security.librdkafka_config), librdkafka's back to Kafka's for the connector's own connections.
+_PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+_SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# The Kafka names librdkafka_config translates (or drops): without any of them the translation is skipped (so
+# executors of a PLAINTEXT query do not import the protocol codec just to copy a dict)
+_JAVA_SECURITY_NAMES = frozenset((
+    "sasl.mechanism", "sasl.jaas.config", "ssl.truststore.location", "ssl.truststore.certificates",
+    "ssl.truststore.type", "ssl.truststore.password", "ssl.keystore.location", "ssl.keystore.key",
+    "ssl.keystore.certificate.chain", "ssl.keystore.type", "ssl.keystore.password",
+    "ssl.endpoint.identification.algorithm"))
+# Kafka (JVM) client settings librdkafka has no property for (it would refuse the configuration): left out of
+# librdkafka's; ssl.enabled.protocols still applies to the connector's own connections (librdkafka uses OpenSSL's
+# defaults, TLS 1.2 and 1.3, Kafka's default too)
+_JVM_ONLY = frozenset(("ssl.enabled.protocols", "ssl.protocol", "ssl.keymanager.algorithm",
+                       "ssl.trustmanager.algorithm", "ssl.secure.random.implementation", "ssl.provider"))
+
+
+def librdkafka_conf(conf: Mapping) -> dict:
+    """confluent-kafka properties from Kafka client ones: Kafka's security names become librdkafka's
+    (sasl.mechanism -> sasl.mechanisms, sasl.jaas.config -> sasl.username/sasl.password or the unsecured
+    OAUTHBEARER token, PEM ssl.truststore.location -> ssl.ca.location, ssl.keystore.location ->
+    ssl.certificate.location and ssl.key.location, ssl.endpoint.identification.algorithm= -> none); librdkafka's own
+    names pass unchanged. ValueError on a non-PEM store or a malformed sasl.jaas.config."""
+    out = {k: v for k, v in conf.items() if k not in _JVM_ONLY}
+    if _JAVA_SECURITY_NAMES.isdisjoint(out):
+        return out
+    from protocol.client_security import librdkafka_config
+    return librdkafka_config(out)
+
+
+def _jaas_quote(value) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _oauthbearer_jaas(config: str) -> str:
+    """librdkafka's unsecured OAUTHBEARER token settings (`sasl.oauthbearer.config`: space-separated principal=,
+    principalClaimName=, scope=, scopeClaimName=, lifeSeconds=, extension_<name>=) as the OAuthBearerLoginModule
+    options of Kafka's unsecured login handler, which makes the same token."""
+    given = dict(item.split("=", 1) for item in config.split() if "=" in item)
+    sub, scope = given.get("principalClaimName", "sub"), given.get("scopeClaimName", "scope")
+    opts = {}
+    if sub != "sub":
+        opts["unsecuredLoginPrincipalClaimName"] = sub
+    if scope != "scope":
+        opts["unsecuredLoginScopeClaimName"] = scope
+    if "principal" in given:
+        opts[f"unsecuredLoginStringClaim_{sub}"] = given["principal"]
+    if "scope" in given:
+        opts[f"unsecuredLoginListClaim_{scope}"] = "," + given["scope"]
+    if "lifeSeconds" in given:
+        opts["unsecuredLoginLifetimeSeconds"] = given["lifeSeconds"]
+    opts.update({"unsecuredLoginExtension_" + k[len("extension_"):]: v for k, v in given.items()
+                 if k.startswith("extension_")})
+    return f"{_OAUTH_MODULE} required " + " ".join(f"{k}={_jaas_quote(v)}" for k, v in opts.items()) + ";"
+
+
+def security_properties(conf: Mapping) -> dict[str, str]:
+    """The security settings of Kafka client properties `conf` (Kafka's or librdkafka's names, or a mix) in Kafka's
+    names, what protocol.client_security.ClientSecurity reads. librdkafka's sasl.username/sasl.password become a
+    PlainLoginModule or ScramLoginModule sasl.jaas.config, its sasl.oauthbearer.config an unsecured
+    OAuthBearerLoginModule one; ssl.ca.location / ssl.ca.pem the PEM truststore; ssl.certificate.location with
+    ssl.key.location (one file) or ssl.certificate.pem with ssl.key.pem the PEM keystore (separate certificate and
+    key files come back as the private `ssl.certificate.location` / `ssl.key.location`, for client_security to
+    read)."""
+    def given(*names):
+        for n in names:
+            v = conf.get(n)
+            if v is not None and str(v).strip():
+                return str(v)
+        return None
+
+    out: dict[str, str] = {}
+    protocol = given("security.protocol")
+    if protocol is not None:
+        out["security.protocol"] = protocol.strip().upper()
+    mechanism = given("sasl.mechanism", "sasl.mechanisms")
+    if mechanism is not None:
+        out["sasl.mechanism"] = mechanism.strip()
+    jaas = given("sasl.jaas.config")
+    user, password = conf.get("sasl.username"), conf.get("sasl.password")
+    kind = (mechanism or "GSSAPI").strip().upper()
+    if jaas is not None:
+        out["sasl.jaas.config"] = jaas
+    elif kind in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and user is not None and password is not None:
+        module = _PLAIN_MODULE if kind == "PLAIN" else _SCRAM_MODULE
+        out["sasl.jaas.config"] = f"{module} required username={_jaas_quote(user)} password={_jaas_quote(password)};"
+    elif kind == "OAUTHBEARER" and given("sasl.oauthbearer.config") is not None and \
+            str(conf.get("sasl.oauthbearer.method", "default")).strip().lower() == "default":
+        out["sasl.jaas.config"] = _oauthbearer_jaas(given("sasl.oauthbearer.config"))
+    truststore = given("ssl.truststore.location", "ssl.ca.location")
+    if truststore is not None and truststore.strip().lower() != "probe":      # librdkafka's "probe": system CAs
+        out["ssl.truststore.location"] = truststore
+    inline_ca = given("ssl.truststore.certificates", "ssl.ca.pem")
+    if inline_ca is not None:
+        out["ssl.truststore.certificates"] = inline_ca
+    if "ssl.truststore.location" in out or inline_ca is not None:
+        out["ssl.truststore.type"] = given("ssl.truststore.type") or "PEM"
+    keystore = given("ssl.keystore.location")
+    cert_file, key_file = given("ssl.certificate.location"), given("ssl.key.location")
+    inline_key = given("ssl.keystore.key", "ssl.key.pem")
+    if keystore is None and cert_file is not None and cert_file == key_file:
+        keystore = cert_file
+    if keystore is not None:
+        out["ssl.keystore.location"] = keystore
+    elif inline_key is not None:
+        out["ssl.keystore.key"] = inline_key
+        chain = given("ssl.keystore.certificate.chain", "ssl.certificate.pem")
+        if chain is not None:
+            out["ssl.keystore.certificate.chain"] = chain
+    elif cert_file is not None and key_file is not None:
+        out["ssl.certificate.location"], out["ssl.key.location"] = cert_file, key_file
+    if keystore is not None or inline_key is not None or cert_file is not None:
+        out["ssl.keystore.type"] = given("ssl.keystore.type") or "PEM"
+    if given("ssl.key.password") is not None:
+        out["ssl.key.password"] = given("ssl.key.password")
+    if given("ssl.enabled.protocols") is not None:
+        out["ssl.enabled.protocols"] = given("ssl.enabled.protocols")
+    algorithm = conf.get("ssl.endpoint.identification.algorithm")
+    if algorithm is not None:                         # Kafka's "" (no host name check) is librdkafka's "none"
+        out["ssl.endpoint.identification.algorithm"] = "" if str(algorithm).strip().lower() in ("", "none") \
+            else str(algorithm).strip()
+    return out
+
+
+def client_security(conf: Mapping):
+    """protocol.client_security.ClientSecurity for the connector's own connections from Kafka client properties
+    (either naming), None for PLAINTEXT. SASL settings only librdkafka understands (GSSAPI, OIDC token retrieval)
+    give a ClientSecurity without a SASL client: those connections then do TLS only, and DescribeWalPointers is
+    refused (its offsets are fetched). ValueError on bad settings."""
+    from protocol.client_security import ClientSecurity
+    props = security_properties(conf)
+    cert_file, key_file = props.pop("ssl.certificate.location", None), props.pop("ssl.key.location", None)
+    if cert_file is not None:                         # separate PEM files: the inline keystore tls.py reads
+        with open(key_file) as k, open(cert_file) as c:
+            props["ssl.keystore.key"], props["ssl.keystore.certificate.chain"] = k.read(), c.read()
+    protocol = props.get("security.protocol", "PLAINTEXT")
+    if protocol.startswith("SASL") and "sasl.jaas.config" not in props:
+        tls = ClientSecurity.from_properties({**props, "security.protocol": protocol[len("SASL_"):]})
+        return ClientSecurity(tls.ssl_context if tls is not None else None,
+                              (props.get("sasl.mechanism") or "GSSAPI").upper(), None)
+    return ClientSecurity.from_properties(props)
+
+
+def check_security(conf: Mapping) -> None:
+    """Fail on the driver, with the setting's name, on security settings that cannot work (nothing is read: files
+    are opened when a connection is made)."""
+    from protocol.client_security import PROTOCOLS
+    librdkafka_conf(conf)
+    props = security_properties(conf)
+    protocol = props.get("security.protocol", "PLAINTEXT")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"security.protocol={protocol}: expected one of {', '.join(PROTOCOLS)}")
+    if protocol.startswith("SASL") and "sasl.jaas.config" in props:
+        from protocol.sasl import client_from_config
+        client_from_config({k: props[k] for k in ("sasl.mechanism", "sasl.jaas.config") if k in props})
+
+
 def _client(opts: Mapping[str, str], forbidden: dict[str, str]) -> ClientOptions:
     bootstrap = opts.get("kafka.bootstrap.servers")
     if not bootstrap or not str(bootstrap).strip():
@@ -183,6 +359,11 @@ def _client(opts: Mapping[str, str], forbidden: dict[str, str]) -> ClientOptions
             kafka_conf.append((key, str(value)))
         elif name.startswith(STORE_PREFIX) and name != STORE_PREFIX + "url":
             store_options.append((name[len(STORE_PREFIX):].replace(".", "_"), str(value)))
+    try:
+        check_security(dict(kafka_conf))
+    except ValueError as e:
+        raise StrataOptionError(f"Invalid Kafka security option (kafka.security.protocol, kafka.sasl.*, "
+                                f"kafka.ssl.*): {e}") from None
     url = opts.get(STORE_PREFIX + "url")
     if url is not None and not str(url).strip():
         raise StrataOptionError(f"Option '{STORE_PREFIX}url' is empty")

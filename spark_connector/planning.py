@@ -309,7 +309,7 @@ def check_store(r: OffsetRange) -> None:
 
 def plan_batch(opts: ReadOptions, bounds: Bounds) -> list[OffsetRange]:
     from spark_connector.cluster import Cluster, reachable
-    if not reachable(opts.client.bootstrap):
+    if not reachable(opts.client.bootstrap, security=opts.client.security()):
         return plan_from_store(opts, bounds)
     cluster = Cluster(opts.client, consumer_group_id(opts, "driver"))
     try:

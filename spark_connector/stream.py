@@ -76,7 +76,10 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def cluster(self):
         if self._cluster is None:
-            from spark_connector.cluster import Cluster
+            from spark_connector.cluster import Cluster, reachable
+            security = self.opts.client.security()
+            if security is not None:          # refused credentials or an untrusted certificate fail now, clearly,
+                reachable(self.opts.client.bootstrap, security=security)    # not after librdkafka's timeouts
             self._cluster = Cluster(self.opts.client, consumer_group_id(self.opts, "driver"))
         return self._cluster
 

@@ -61,8 +61,16 @@ def _column(batch, name):
 
 def produce_batches(opts: WriteOptions, batches) -> int:
     """Produce every row of the Arrow batches; raise if any delivery failed. Returns the number of rows."""
-    from confluent_kafka import KafkaException, Producer
-    producer = Producer(opts.client.conf(**opts.producer_conf))
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    # librdkafka retries refused credentials and failed TLS handshakes for good (until message.timeout.ms); Kafka's
+    # producer fails the send on an AuthenticationException, and so does the task here
+    refused: list = []
+
+    def on_error(err):
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            refused.append(err.str())
+
+    producer = Producer(opts.client.conf(**opts.producer_conf, error_cb=on_error))
     errors: list = []
     rows = 0
 
@@ -97,15 +105,20 @@ def produce_batches(opts: WriteOptions, batches) -> int:
                 except KafkaException as e:
                     raise RuntimeError(f"producing to {topic} failed: {e}") from e
             producer.poll(0)
-            if errors:
+            if errors or refused:
                 break
         rows += n
-        if errors:
+        if errors or refused:
             break
     deadline = time.monotonic() + opts.flush_timeout_ms / 1000
-    remaining = producer.flush(opts.flush_timeout_ms / 1000)
-    while remaining and time.monotonic() < deadline:
-        remaining = producer.flush(max(0.1, deadline - time.monotonic()))
+    remaining = len(producer)
+    while not refused:            # in slices, so that refused credentials end the wait
+        remaining = producer.flush(max(0.0, min(1.0, deadline - time.monotonic())))
+        if not remaining or time.monotonic() >= deadline:
+            break
+    if refused:
+        raise RuntimeError(f"producing to {opts.client.bootstrap} failed: {refused[0]} (check kafka.security.protocol, "
+                           "kafka.sasl.* and kafka.ssl.*)")
     if errors:
         shown = [e for e in errors if e is not None]
         raise RuntimeError(f"{len(errors)} record(s) could not be delivered to {opts.client.bootstrap}: "
