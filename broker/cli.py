@@ -31,13 +31,21 @@ def parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     c = sub.add_parser("check", help="exit 0 if a broker answers ApiVersions")
     c.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
     c.add_argument("--timeout", type=float, default=5.0)
+    c.add_argument("--command-config", metavar="CONFIG-FILE",
+                   help="client properties (security.protocol, ssl.*, sasl.*) to check an SSL or SASL listener")
     return p, sub
 
 
-async def _check(bootstrap: str, timeout: float) -> int:
+async def _check(bootstrap: str, timeout: float, command_config: str | None = None) -> int:
     from protocol.client import BrokerConnection
+    from protocol.client_security import ClientSecurity, load_properties
     host, _, port = bootstrap.rpartition(":")
-    conn = BrokerConnection(host or "127.0.0.1", int(port), client_id="strata-check")
+    try:
+        security = ClientSecurity.from_properties(load_properties(command_config))
+    except (OSError, ValueError) as e:
+        print(f"strata check: --command-config: {e}", file=sys.stderr)
+        return 2
+    conn = BrokerConnection(host or "127.0.0.1", int(port), client_id="strata-check", security=security)
     try:
         resp = await conn.send(18, 3, {"client_software_name": "strata-check", "client_software_version": "1"},
                                timeout=timeout)
@@ -69,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run a parsed `broker` or `check` command."""
     if args.command == "check":
-        return asyncio.run(_check(args.bootstrap, args.timeout))
+        return asyncio.run(_check(args.bootstrap, args.timeout, args.command_config))
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

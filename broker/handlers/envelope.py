@@ -26,7 +26,7 @@ def serialize_principal(principal: str) -> bytes:
     """Kafka's DefaultKafkaPrincipalBuilder.serialize: DefaultPrincipalData v0, prefixed with its version."""
     from kio.schema.default_principal_data.v0 import DefaultPrincipalData
     kind, _, name = principal.partition(":")
-    entity = DefaultPrincipalData(type=kind, name=name, token_authenticated=False)
+    entity = DefaultPrincipalData(type_=kind, name=name, token_authenticated=False)
     import io
     out = io.BytesIO()
     kio_codec._writer(DefaultPrincipalData)(out, entity)
@@ -38,7 +38,7 @@ def deserialize_principal(data: bytes) -> str:
     if len(data) < 2 or _VERSION.unpack_from(data, 0)[0] != 0:
         raise MalformedRequest("envelope principal is not DefaultPrincipalData v0")
     entity, _ = kio_codec._reader(DefaultPrincipalData)(memoryview(bytes(data)).toreadonly(), 2)
-    return f"{entity.type}:{entity.name}"
+    return f"{entity.type_}:{entity.name}"
 
 
 def wrap(req) -> dict:

@@ -29,15 +29,18 @@ def test_sasl_ssl_between_brokers_with_leader_kills(tmp_path, topic_name):
         b.overrides["listeners"] = f"CLIENT://127.0.0.1:{b.port},INTERNAL://127.0.0.1:{free_port()}"
     c.start()
     try:
-        from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
-                                           ResourceType)
-        admin = c.admin()
-        acls = [AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
-                           op, perm)
-                for op, perm in ((AclOperation.ALL, AclPermissionType.ALLOW),
-                                 (AclOperation.CLUSTER_ACTION, AclPermissionType.DENY))]
-        for fut in admin.create_acls(acls).values():       # sent to any broker, forwarded to the controller
-            fut.result(timeout=30)
+        # sent to a broker that is not the controller, so it is forwarded in an Envelope (KIP-590)
+        from tests.cluster.conftest import metadata_of
+        from tests.integration.rawclient import RawClient
+        controller = metadata_of(c.bootstrap.split(",")[0]).controller_id
+        other = next(b for i, b in c.brokers.items() if i != controller)
+        with RawClient(other.bootstrap) as raw:
+            r = raw.request(30, 3, {"creations": [
+                {"resource_type": 4, "resource_name": "kafka-cluster", "resource_pattern_type": 3,
+                 "principal": "User:ANONYMOUS", "host": "*", "operation": op, "permission_type": perm}
+                for op, perm in ((2, 3), (9, 2))]})          # ALL allowed, CLUSTER_ACTION denied
+            assert [x.error_code for x in r.results] == [0, 0], r
+        c.wait_every_broker(lambda md: True, None, 30, "the ACLs")
         kill_leaders(c, topic_name, rounds=2)
         text = c.logs()
         assert "broker-secret" not in text

@@ -329,10 +329,12 @@ def test_admin_cli_and_perf_with_command_config(secure_broker, pki, tmp_path, ca
     assert main(["perf", "produce", "--bootstrap-server", server, "--command-config", str(props), "--topic", topic,
                  "--num-records", "200", "--record-size", "100", "--throughput", "-1"]) == 0
     assert "200 records sent" in capsys.readouterr().out
+    assert main(["check", "--bootstrap", server, "--command-config", str(props)]) == 0     # the health check
     bad = tmp_path / "bad.properties"
     bad.write_text(props.read_text().replace(ALICE_PW, "wrong"))
     assert main(["topics", "--bootstrap-server", server, "--command-config", str(bad), "--list"]) == 1
     assert "Authentication failed" in capsys.readouterr().err
+    assert main(["check", "--bootstrap", server, "--command-config", str(bad)]) == 1
 
 
 def test_secrets_are_not_shown(secure_broker, pki, capsys):

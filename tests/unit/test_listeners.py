@@ -63,3 +63,12 @@ def test_each_listener_gets_its_own_endpoints():
     assert reg.endpoint("CLIENT") == reg.endpoint("UNKNOWN") == reg.endpoint() == ("public", 9092)
     leaders, nodes = current_leaders(image, [("t", 0, ErrorCode.not_leader_or_follower)], "INTERNAL")
     assert leaders == {("t", 0): (1, 3)} and nodes == [(1, "private", 9093, None)]
+
+
+def test_envelope_principal_round_trip():
+    """Forwarded requests carry the client's principal as Kafka's DefaultPrincipalData, version-prefixed."""
+    from broker.handlers.envelope import deserialize_principal, serialize_principal
+    data = serialize_principal("User:alice")
+    assert data[:2] == b"\0\0"
+    assert deserialize_principal(data) == "User:alice"
+    assert deserialize_principal(serialize_principal("User:CN=a,O=b")) == "User:CN=a,O=b"
