@@ -89,6 +89,7 @@ class Broker:
         else:
             self.controller = LocalController(config.log_dir, self.node_id)
         self.topics = MetadataCache(self.controller.image)
+        self.security.topics = self.topics
         self.controller.add_publisher(self.topics.update)
         lc = self.security.listeners
         own = lc.by_name(lc.controller)
@@ -223,7 +224,10 @@ class Broker:
         reg = self.topics.image.brokers.get(broker_id)
         if reg is None:
             raise KeyError(f"broker {broker_id} is not registered")
-        return reg.endpoint(self.security.listeners.inter_broker)
+        endpoint = reg.endpoint(self.security.listeners.inter_broker)
+        if endpoint is None:
+            raise KeyError(f"broker {broker_id} has no {self.security.listeners.inter_broker} listener")
+        return endpoint
 
     async def _allocate_producer_ids(self) -> int:
         if not self.cluster_mode:
@@ -377,7 +381,7 @@ class Broker:
             await asyncio.sleep(max(0.05, min(idle / 4, 30.0)))
             cutoff = time.monotonic() - idle
             for conn in [c for c in self.connections if c.last_active < cutoff and not c.queue]:
-                conn.close("idle for more than connections.max.idle.ms=%d", int(idle * 1000))
+                conn.close_quietly(f"idle for more than connections.max.idle.ms={int(idle * 1000)}")
 
     async def stop(self) -> None:
         if self._starting is not None:

@@ -43,6 +43,8 @@ class ControllerChannel:
             if reg is None:
                 raise ControllerUnavailable(f"no reachable controller (controller id {controller})")
             endpoint = reg.endpoint(self.listener)
+            if endpoint is None:
+                raise ControllerUnavailable(f"controller {controller} has no {self.listener} listener")
         key = (controller, endpoint)
         if self._conn_for != key:
             if self._conn is not None:

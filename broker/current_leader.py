@@ -21,6 +21,7 @@ def current_leaders(image, failed, listener: str = "") -> tuple[dict, list] | No
             continue
         leaders[(topic, index)] = (p.leader, p.leader_epoch)
         reg = image.brokers.get(p.leader)
-        if reg is not None:
-            nodes[p.leader] = (p.leader, *reg.endpoint(listener), reg.rack)
+        endpoint = reg.endpoint(listener) if reg is not None else None
+        if endpoint is not None:
+            nodes[p.leader] = (p.leader, *endpoint, reg.rack)
     return (leaders, list(nodes.values())) if leaders else None

@@ -67,7 +67,7 @@ class KafkaConnection(asyncio.Protocol):
         listener = self.listener
         if listener is None:
             return
-        if listener.ssl:
+        if listener.ssl and not listener.sasl:      # on SASL_SSL the principal comes from SASL, as in Kafka
             try:
                 self.principal = self.broker.security.ssl_principal(listener.name,
                                                                     transport.get_extra_info("ssl_object"))
@@ -96,6 +96,14 @@ class KafkaConnection(asyncio.Protocol):
         if self.paused and not self.closed and len(self.queue) < MAX_IN_FLIGHT:
             self.paused = False
             self.transport.resume_reading()
+
+    def close_quietly(self, reason: str) -> None:
+        """A routine close (an idle connection): logged at debug, as Kafka's Selector does."""
+        if not self.closed:
+            self._uncork()
+            log.debug("closing connection from %s: %s", self.peer, reason)
+            self.closed = True
+            self.transport.close()
 
     def close(self, reason: str, *args) -> None:
         if not self.closed:
@@ -154,8 +162,9 @@ class KafkaConnection(asyncio.Protocol):
                 self.close("frame size %d outside [0, socket.request.max.bytes=%d]", size, self.broker.max_request_size)
                 return
             if self.auth is not None and not self.auth.authenticated and size > self.auth.max_receive:
-                self.close("frame of %d bytes before authentication (sasl.server.max.receive.size=%d)", size,
-                           self.auth.max_receive)
+                self._end_authentication(AuthenticationEnded(
+                    f"frame of {size} bytes before authentication (sasl.server.max.receive.size="
+                    f"{self.auth.max_receive})"))
                 return
             if n - i >= size:
                 frame = bytearray(mv[i:i + size])
@@ -179,9 +188,10 @@ class KafkaConnection(asyncio.Protocol):
     # ---- dispatch --------------------------------------------------------------------------------------------
     def _dispatch(self, frame: bytearray) -> None:
         auth = self.auth
-        if auth is not None and (auth.state != "done" or auth.session_end is not None or frame[1:2] == b"\x11"):
+        if auth is not None and (auth.state != "done" or auth.session_end is not None or
+                                 (len(frame) > 1 and frame[1] == SASL_HANDSHAKE and frame[0] == 0)):
             if auth.state != "raw" and len(frame) < 10:
-                raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a request header")
+                raise AuthenticationEnded(f"request of {len(frame)} bytes is shorter than a request header")
             if self._authenticating(auth, frame):
                 return
         if len(frame) < 10:
@@ -245,7 +255,7 @@ class KafkaConnection(asyncio.Protocol):
             return True
         api_key, version, corr = HEADER_FIXED.unpack_from(frame, 0)
         if auth.state == "done":
-            if api_key == SASL_HANDSHAKE:
+            if api_key == SASL_HANDSHAKE and auth.session_end is not None:
                 auth.begin_reauthentication()
             elif auth.expired():
                 self.close("SASL session of %s expired (connections.max.reauth.ms or token lifetime)", self.principal)

@@ -30,13 +30,16 @@ class BrokerRegistration:
     fenced: bool = False
     epoch: int = -1             # the broker epoch: the metadata offset of its registration (as in KRaft)
 
-    def endpoint(self, listener: str | None = None) -> tuple[str, int]:
+    def endpoint(self, listener: str | None = None) -> tuple[str, int] | None:
         """The (host, port) a client of `listener` reaches this broker at: the endpoint of the same name, as Kafka
-        answers each listener's clients with that listener's endpoints, else the first one registered."""
+        answers each listener's clients with that listener's endpoints; None when this broker has no such listener
+        (Kafka leaves it out rather than send a client to a port of another protocol). Without a listener name, the
+        first endpoint registered."""
         if listener:
             for name, host, port in self.endpoints:
                 if name == listener:
                     return host, port
+            return None
         _, host, port = self.endpoints[0]
         return host, port
 

@@ -43,6 +43,7 @@ class BrokerConnection:
         self.connect_timeout = connect_timeout
         self.security = security                 # protocol.client_security.ClientSecurity, None for PLAINTEXT
         self._session_end: float | None = None   # KIP-368: when the broker ends this connection's SASL session
+        self._retired: set[asyncio.Task] = set()  # read loops of re-authenticated-away connections still answering
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future] = {}
@@ -67,11 +68,22 @@ class BrokerConnection:
             except (OSError, asyncio.TimeoutError) as e:
                 raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {e}") from None
             if sec is not None and sec.sasl_client is not None:
+                from protocol.client_security import AuthenticationFailed
+                from protocol.sasl import SaslAuthenticationFailed
                 try:
                     lifetime_ms = await asyncio.wait_for(self._authenticate(reader, writer), self.connect_timeout)
                 except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
                     writer.close()
                     raise ConnectionFailed(f"SASL authentication with {self.host}:{self.port} failed: {e!r}") from None
+                except AuthenticationFailed:
+                    writer.close()
+                    raise
+                except SaslAuthenticationFailed as e:          # the broker's answers did not check out
+                    writer.close()
+                    raise AuthenticationFailed(f"{self.host}:{self.port}: {e.message}") from None
+                except Exception as e:                         # an answer that does not decode
+                    writer.close()
+                    raise AuthenticationFailed(f"{self.host}:{self.port}: bad SASL answer: {e!r}") from None
                 except BaseException:
                     writer.close()
                     raise
@@ -79,7 +91,7 @@ class BrokerConnection:
                 self._session_end = (asyncio.get_running_loop().time() + lifetime_ms * 0.85 / 1000
                                      if lifetime_ms > 0 else None)
             self._reader, self._writer = reader, writer
-            self._read_task = asyncio.create_task(self._read_loop(self._reader))
+            self._read_task = asyncio.create_task(self._read_loop(reader, writer, self._pending))
 
     async def _authenticate(self, reader, writer) -> int:
         """SaslHandshake v1 then SaslAuthenticate v2 until the mechanism completes (before any other request, as
@@ -112,20 +124,53 @@ class BrokerConnection:
             if token is None:
                 raise AuthenticationFailed(f"{self.host}:{self.port}: SASL exchange ended early")
 
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+    async def _read_loop(self, reader: asyncio.StreamReader, writer, pending: dict) -> None:
+        """Answers for the requests of one connection (`pending`); a retired connection (re-authentication) ends
+        once its last request is answered."""
         try:
             while True:
+                if pending is not self._pending and not pending:
+                    writer.close()
+                    self._retired.discard(asyncio.current_task())
+                    return
                 size = I32.unpack(await reader.readexactly(4))[0]
                 frame = await reader.readexactly(size)
                 corr = I32.unpack_from(frame, 0)[0]
-                fut = self._pending.pop(corr, None)
+                fut = pending.pop(corr, None)
                 if fut is not None and not fut.done():
                     fut.set_result(frame)
         except (OSError, asyncio.IncompleteReadError) as e:
-            self._fail(ConnectionFailed(f"connection to {self.host}:{self.port} lost: {e}"))
+            self._fail_connection(pending, writer, ConnectionFailed(f"connection to {self.host}:{self.port} lost: {e}"))
         except asyncio.CancelledError:
-            self._fail(ConnectionFailed(f"connection to {self.host}:{self.port} closed"))
+            self._fail_connection(pending, writer, ConnectionFailed(f"connection to {self.host}:{self.port} closed"))
             raise
+
+    def _fail_connection(self, pending: dict, writer, exc: Exception) -> None:
+        if pending is self._pending:
+            self._fail(exc)
+            return
+        writer.close()                          # a retired connection: only its own requests fail
+        self._retired.discard(asyncio.current_task())
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        pending.clear()
+
+    def _retire(self) -> None:
+        """KIP-368 by reconnecting: new requests go to a new connection, which authenticates again; the old one
+        closes once the requests already sent on it are answered (they are not failed, so nothing is resent)."""
+        task, writer, pending = self._read_task, self._writer, self._pending
+        self._reader = self._writer = self._read_task = None
+        self._pending = {}
+        self._session_end = None
+        if task is None:
+            return
+        if pending and not task.done():
+            self._retired.add(task)
+        else:
+            task.cancel()                      # nothing to wait for: its read loop closes it
+            if writer is not None:
+                writer.close()
 
     def _fail(self, exc: Exception) -> None:
         if self._writer is not None:
@@ -142,21 +187,22 @@ class BrokerConnection:
         if flexible is None:
             flexible = kio_codec.is_flexible(api_key, version)
         if self._session_end is not None and asyncio.get_running_loop().time() >= self._session_end:
-            self.close()                       # KIP-368: a new connection authenticates again
-            self._session_end = None
+            self._retire()
         if self._writer is None:
             await self._connect()
         corr = next(self._corr) & 0x7FFFFFFF
         header = _HEADER.pack(api_key, version, corr) + self._client_id + (b"\x00" if flexible else b"")
         fut = asyncio.get_running_loop().create_future()
-        self._pending[corr] = fut
+        pending = self._pending
+        pending[corr] = fut
         writer = self._writer
         writer.writelines([I32.pack(len(header) + len(body)), header, body])
         try:
             frame = await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
-            self._pending.pop(corr, None)
-            self.close()               # a late response would otherwise be matched to nothing, forever
+            pending.pop(corr, None)
+            if pending is self._pending:
+                self.close()           # a late response would otherwise be matched to nothing, forever
             raise ConnectionFailed(f"no response from {self.host}:{self.port} within {timeout}s") from None
         skip = 4
         if flexible and api_key != 18:          # ApiVersions answers with response header v0
@@ -169,6 +215,9 @@ class BrokerConnection:
         return decode_response(api_key, version, data)
 
     def close(self) -> None:
+        for task in list(self._retired):
+            task.cancel()
+        self._retired.clear()
         if self._read_task is not None:
             self._read_task.cancel()
             self._read_task = None

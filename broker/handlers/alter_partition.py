@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from broker.handlers.controller_api import serve
 from protocol import kio_codec
+from protocol.errors import ErrorCode
 
 API_KEY = 56
 VERSIONS = (2, 3)
@@ -22,6 +23,10 @@ def handle(broker, req):
                 changes.append((t.topic_id.hex, p.partition_index, p.leader_epoch, p.partition_epoch, isr))
                 keys.append((t.topic_id, p.partition_index))
         results = await control.alter_partition(body.broker_id, body.broker_epoch, changes)
+        if any(r.error_code == ErrorCode.stale_broker_epoch for r in results):
+            # the sender's epoch is checked before any partition (ReplicationControlManager.alterPartition's
+            # checkBrokerEpoch throws), so Kafka answers it at the top level, with no topics
+            return {"error_code": ErrorCode.stale_broker_epoch, "topics": []}
         topics: dict = {}
         for (tid, index), r in zip(keys, results):
             part = {"partition_index": index, "error_code": r.error_code, "leader_id": -1, "leader_epoch": -1,

@@ -18,10 +18,9 @@ def handle(broker, req):
     return kio_codec.encode_response(API_KEY, v, {
         "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
         "cluster_id": broker.cluster_id, "controller_id": broker.topics.image.controller_id,
-        "brokers": [{"broker_id": b.broker_id, "host": b.endpoint(req.listener)[0],
-                     "port": b.endpoint(req.listener)[1], "rack": b.rack,
-                     "is_fenced": b.fenced} for b in broker.topics.image.brokers.values()
-                    if with_fenced or not b.fenced],
+        "brokers": [{"broker_id": b.broker_id, "host": ep[0], "port": ep[1], "rack": b.rack, "is_fenced": b.fenced}
+                    for b in broker.topics.image.brokers.values()
+                    if (with_fenced or not b.fenced) and (ep := b.endpoint(req.listener)) is not None],
         # KIP-700: the principal's operations on the cluster when asked (0 without DESCRIBE on it), as Kafka answers
         "cluster_authorized_operations": cluster_authorized_operations(broker, req)
         if body.include_cluster_authorized_operations else NOT_REQUESTED,

@@ -1,6 +1,7 @@
 """Envelope (key 58, KIP-590): a broker forwards a client's admin request to the active controller wrapped with the
 client's principal and address, so the controller authorizes the client, not the forwarding broker. Only brokers
-send it (CLUSTER_ACTION on the cluster), and it is not advertised to clients, as in Kafka."""
+send it: it is accepted on the inter-broker and controller listeners only, from a principal with CLUSTER_ACTION on
+the cluster, and it is not advertised to clients, as in Kafka."""
 from __future__ import annotations
 
 import inspect
@@ -58,6 +59,12 @@ async def handle(broker, req):
     def reply(error: int, data: bytes | None = None):
         return kio_codec.encode_response(API_KEY, 0, {"response_data": data, "error_code": error})
 
+    listeners = broker.security.listeners
+    if req.listener not in (listeners.inter_broker, listeners.controller):
+        # Kafka's KafkaApis.handleEnvelope: only from the privileged (inter-broker) listener; a client elsewhere could
+        # otherwise name any principal
+        raise MalformedRequest(f"Envelope on listener {req.listener}, which is not the inter-broker or controller "
+                               f"listener")
     if not authorize(broker, req, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         return reply(ErrorCode.cluster_authorization_failed)
     if not broker.controller.active:

@@ -31,9 +31,10 @@ def _coordinator(broker, key_type: int, key: str, listener: str = "") -> dict:
     info = image.get(topic)
     p = info.partition(partition_for(key, info.partitions)) if info is not None else None
     node = image.brokers.get(p.leader) if p is not None else None
-    if node is None:
+    endpoint = node.endpoint(listener) if node is not None else None
+    if endpoint is None:
         return _error(ErrorCode.coordinator_not_available, "The coordinator is not available.")
-    host, port = node.endpoint(listener)
+    host, port = endpoint
     return {"node_id": node.broker_id, "host": host, "port": port, "error_code": 0, "error_message": None}
 
 

@@ -78,7 +78,8 @@ def _answer(broker, req, v, body, create_errors: dict, describable=None):
             else:
                 topics.append((0, name, info, None))
     image = broker.topics.image
-    brokers = [(b.broker_id, *b.endpoint(req.listener), b.rack) for b in image.brokers.values() if not b.fenced]
+    brokers = [(b.broker_id, *ep, b.rack) for b in image.brokers.values()
+               if not b.fenced and (ep := b.endpoint(req.listener)) is not None]
     topic_ops = cluster_ops = None
     if v >= 8 and getattr(body, "include_topic_authorized_operations", False):
         topic_ops = [authorized_operations(broker, req, TOPIC, t[1]) if t[0] not in _NO_OPS and t[1] else

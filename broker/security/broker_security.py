@@ -4,21 +4,41 @@ other brokers (the inter-broker listener, `sasl.mechanism.inter.broker.protocol`
 (`controller.listener.names`, `sasl.mechanism.controller.protocol`)."""
 from __future__ import annotations
 
-from broker.security.listeners import ListenerConfig, listener_setting, mechanism_setting
+from dataclasses import dataclass
+
+from broker.security.listeners import ListenerConfig, enabled_mechanisms, listener_setting, mechanism_setting
 from protocol.client_security import ClientSecurity
 from protocol.sasl.principal_mapper import SslPrincipalMapper
 from protocol.tls import client_context, peer_subject, server_context
 
 
+@dataclass
+class SaslListener:
+    """A SASL listener's mechanisms, each a factory of new servers built once (Kafka's SaslChannelBuilder)."""
+    factories: dict
+    reauth_ms: int
+    max_receive: int
+
+
 class BrokerSecurity:
     def __init__(self, config):
         self.config = config
+        self.topics = None                     # the broker's MetadataCache, for SCRAM credentials (set by the broker)
         self.listeners = ListenerConfig.from_config(config)
         self.server_contexts = {}
         self.mappers = {}
+        self.sasl: dict[str, SaslListener] = {}
         for lst in self.listeners.listeners:
+            if lst.sasl:
+                from broker.security.sasl_authenticator import mechanism_factory
+                self.sasl[lst.name] = SaslListener(
+                    {m: mechanism_factory(_Owner(self), lst.name, m) for m in enabled_mechanisms(config, lst.name)},
+                    int(listener_setting(config, lst.name, "connections.max.reauth.ms") or 0),
+                    int(config.get("sasl.server.max.receive.size")))
             if lst.ssl:
                 get = self._getter(lst.name)
+                if lst.sasl:        # Kafka asks SASL_SSL clients for certificates only if the listener itself says so
+                    get = self._sasl_ssl_getter(lst.name)
                 self.server_contexts[lst.name] = server_context(get)
                 self.mappers[lst.name] = SslPrincipalMapper.from_rules(get("ssl.principal.mapping.rules") or "DEFAULT")
         self.inter_broker = self.client_security(self.listeners.inter_broker, "sasl.mechanism.inter.broker.protocol")
@@ -28,6 +48,13 @@ class BrokerSecurity:
 
     def _getter(self, listener: str):
         return lambda key: listener_setting(self.config, listener, key)
+
+    def _sasl_ssl_getter(self, listener: str):
+        def get(key: str) -> str:
+            if key == "ssl.client.auth":
+                return self.config.get(f"listener.name.{listener.lower()}.ssl.client.auth") or "none"
+            return listener_setting(self.config, listener, key)
+        return get
 
     def ssl_principal(self, listener: str, ssl_object) -> str:
         """"User:<mapped subject>" for a verified client certificate, else User:ANONYMOUS (Kafka's
@@ -56,3 +83,16 @@ class BrokerSecurity:
             sec.sasl_mechanism = mechanism
             sec.sasl_client = lambda: client_from_config(settings)
         return sec
+
+
+class _Owner:
+    """What a mechanism factory reads from the broker before the broker exists: its config, and (for SCRAM) the
+    metadata image through `topics`, bound once the broker sets `security.topics`."""
+
+    def __init__(self, security: BrokerSecurity):
+        self._security = security
+        self.config = security.config
+
+    @property
+    def topics(self):
+        return self._security.topics

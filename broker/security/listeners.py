@@ -107,22 +107,26 @@ class ListenerConfig:
         listeners = parse_listeners(config.get("listeners"), pmap)
         if not listeners:
             raise ValueError("listeners: no listener configured")
-        adv_text = config.get("advertised.listeners").strip()
-        advertised = parse_listeners(adv_text, pmap, "advertised.listeners") if adv_text else []
-        by_name = {a.name: a for a in advertised}
-        for lst in listeners:                   # unadvertised listeners advertise their own address (Kafka's rule)
-            if lst.name not in by_name:
-                by_name[lst.name] = Listener(lst.name, "127.0.0.1" if lst.host in ("", "0.0.0.0", "::") else lst.host,
-                                             lst.port, lst.security_protocol)
-        advertised = [by_name[lst.name] for lst in listeners] + \
-            [a for a in by_name.values() if a.name not in {lst.name for lst in listeners}]
         names = [lst.name for lst in listeners]
+        adv_text = config.get("advertised.listeners").strip()
+        if adv_text:                            # Kafka: advertised.listeners replaces listeners, names a subset
+            advertised = parse_listeners(adv_text, pmap, "advertised.listeners")
+            for a in advertised:
+                if a.name not in names:
+                    raise ValueError(f"advertised.listeners: {a.name} is not one of the listeners ({', '.join(names)})")
+                if a.host in ("", "0.0.0.0", "::"):
+                    raise ValueError(f"advertised.listeners: {a.name} cannot advertise the meta-address {a.host!r}")
+        else:                                   # Strata advertises a listener bound to all interfaces as 127.0.0.1
+            advertised = [Listener(lst.name, "127.0.0.1" if lst.host in ("", "0.0.0.0", "::") else lst.host,
+                                   lst.port, lst.security_protocol) for lst in listeners]
         inter = config.get("inter.broker.listener.name").strip().upper()
         if not inter:
             proto = config.get("security.inter.broker.protocol").strip().upper()
             inter = proto if proto in names else names[0]   # Kafka requires the named listener; Strata falls back
         if inter not in names:
             raise ValueError(f"inter.broker.listener.name={inter} is not one of the listeners ({', '.join(names)})")
+        if inter not in {a.name for a in advertised}:
+            raise ValueError(f"advertised.listeners must include the inter-broker listener {inter}")
         controller_names = [n.strip().upper() for n in config.get("controller.listener.names").split(",") if n.strip()]
         controller = next((n for n in controller_names if n in names), inter)
         return cls(listeners, advertised, inter, controller)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from broker.security.listeners import enabled_mechanisms, listener_setting, mechanism_setting
+from broker.security.listeners import mechanism_setting
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 from protocol.sasl import SaslAuthenticationFailed
@@ -30,13 +30,16 @@ class AuthenticationEnded(Exception):
         self.reply, self.corr, self.flexible = reply, corr, flexible
 
 
-def server_mechanism(broker, listener: str, mechanism: str):
-    """A new server for `mechanism` on `listener`, from the broker's settings."""
+def mechanism_factory(broker, listener: str, mechanism: str):
+    """A function making a new server for `mechanism` on `listener`, built once per listener and mechanism (the
+    PLAIN users, the OAUTHBEARER validator and its keys), as Kafka's SaslChannelBuilder configures its callback
+    handlers once."""
     config = broker.config
     jaas_text = mechanism_setting(config, listener, mechanism, "sasl.jaas.config")
     if mechanism == "PLAIN":
         from protocol.sasl.plain import PlainServer, plain_users_from_jaas, users_verifier
-        return PlainServer(users_verifier(plain_users_from_jaas(_jaas_options(jaas_text))))
+        verify = users_verifier(plain_users_from_jaas(_jaas_options(jaas_text)))
+        return lambda: PlainServer(verify)
     if mechanism in SCRAM_MECHANISM_CODES:
         from protocol.sasl.scram import ScramCredential, ScramServer
         code = SCRAM_MECHANISM_CODES[mechanism]
@@ -44,7 +47,7 @@ def server_mechanism(broker, listener: str, mechanism: str):
         def credential_of(user: str):
             c = broker.topics.image.scram_credentials.get((user, code))
             return None if c is None else ScramCredential(c.salt, c.stored_key, c.server_key, c.iterations)
-        return ScramServer(mechanism, credential_of)
+        return lambda: ScramServer(mechanism, credential_of)
     if mechanism == "OAUTHBEARER":
         from protocol.sasl.oauthbearer import JwksValidator, OAuthBearerServer, UnsecuredJwsValidator
         jwks = mechanism_setting(config, listener, mechanism, "sasl.oauthbearer.jwks.endpoint.url")
@@ -61,7 +64,7 @@ def server_mechanism(broker, listener: str, mechanism: str):
                                                    "sasl.oauthbearer.clock.skew.seconds") or 30))
         else:
             validator = UnsecuredJwsValidator(_jaas_options(jaas_text))
-        return OAuthBearerServer(validator)
+        return lambda: OAuthBearerServer(validator)
     raise ValueError(f"unsupported SASL mechanism {mechanism}")
 
 
@@ -79,9 +82,10 @@ class SaslAuthenticator:
 
     def __init__(self, broker, listener: str):
         self.broker, self.listener = broker, listener
-        self.mechanisms = enabled_mechanisms(broker.config, listener)
-        self.reauth_ms = int(listener_setting(broker.config, listener, "connections.max.reauth.ms") or 0)
-        self.max_receive = int(broker.config.get("sasl.server.max.receive.size"))
+        sasl = broker.security.sasl[listener]
+        self.mechanisms = sasl.factories                 # mechanism -> a new server, built once per listener
+        self.reauth_ms = sasl.reauth_ms
+        self.max_receive = sasl.max_receive
         self.state = "handshake"        # handshake -> authenticate | raw -> done
         self.server = None
         self.mechanism: str | None = None
@@ -104,7 +108,7 @@ class SaslAuthenticator:
 
     # ---- requests while authenticating ----------------------------------------------------------------------------
     def handshake(self, version: int, body, corr: int) -> bytes:
-        mech = body.mechanism.upper() if body.mechanism else ""
+        mech = body.mechanism or ""                     # case-sensitive, as Kafka's
         if self.state != "handshake":
             raise AuthenticationEnded(f"SaslHandshake in state {self.state}",
                                       self._handshake_reply(version, ErrorCode.illegal_sasl_state), corr)
@@ -114,7 +118,7 @@ class SaslAuthenticator:
         if self.previous is not None and mech != self.previous[1]:
             raise AuthenticationEnded(f"re-authentication changed the mechanism to {mech}",
                                       self._handshake_reply(version, ErrorCode.illegal_sasl_state), corr)
-        self.server = server_mechanism(self.broker, self.listener, mech)
+        self.server = self.mechanisms[mech]()
         self.mechanism = mech
         self.state = "authenticate" if version >= 1 else "raw"
         return self._handshake_reply(version, 0)
@@ -124,6 +128,8 @@ class SaslAuthenticator:
                                                                     "mechanisms": list(self.mechanisms)})
 
     def authenticate(self, version: int, body, corr: int, flexible: bool) -> bytes:
+        if self.state == "handshake":               # before SaslHandshake: Kafka closes without an answer
+            raise AuthenticationEnded("SaslAuthenticate before SaslHandshake")
         if self.state != "authenticate":
             raise AuthenticationEnded(f"SaslAuthenticate in state {self.state}", self._auth_reply(
                 version, ErrorCode.illegal_sasl_state, "Unexpected SaslAuthenticate request"), corr, flexible)
@@ -158,9 +164,15 @@ class SaslAuthenticator:
                                  "Cannot change principals during re-authentication")
                 if corr is not None else None, corr, flexible)
         self.principal, self.state, self.previous = principal, "done", None
-        lifetimes = [ms for ms in (self.reauth_ms, getattr(self.server, "session_lifetime_ms", None) or 0) if ms > 0]
-        lifetime = min(lifetimes) if lifetimes else 0
-        self.session_end = time.monotonic() + lifetime / 1000 if lifetime else None
+        # Kafka's ReauthInfo: connections.max.reauth.ms when set, bounded by the credential's expiry when it has one
+        # (an OAUTHBEARER token), even an expiry already passed (within the validator's clock skew): that session
+        # ends at its next request
+        credential = getattr(self.server, "session_lifetime_ms", None)
+        lifetimes = ([self.reauth_ms] if self.reauth_ms > 0 else []) + ([max(0, credential)] if credential is not None
+                                                                          else [])
+        lifetime = min(lifetimes) if lifetimes else None
+        self.session_end = time.monotonic() + lifetime / 1000 if lifetime is not None else None
+        lifetime = lifetime or 0
         return lifetime if version >= 1 else 0
 
     def _auth_reply(self, version: int, error: int, message: str | None, data: bytes = b"", lifetime: int = 0):

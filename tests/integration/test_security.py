@@ -374,3 +374,59 @@ def test_bad_security_settings_fail_at_start_with_one_line(overrides, message, t
     assert server_main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("strata: bad configuration:") and message in err, err
+
+
+def test_envelope_only_on_the_inter_broker_listener(secure_broker):
+    """Kafka's handleEnvelope: a client on another listener cannot wrap requests with a principal of its choosing."""
+    from broker.handlers.envelope import serialize_principal
+    inner = encode_header(30, 3, 7, "x") + encode_body(30, 3, {"creations": []})
+    with _sasl_client(secure_broker) as c:
+        assert c.request(17, 1, {"mechanism": "PLAIN"}).error_code == 0
+        assert c.request(36, 2, {"auth_bytes": b"\0alice\0" + ALICE_PW.encode()}).error_code == 0
+        c.send(58, 0, {"request_data": inner, "request_principal": serialize_principal("User:admin"),
+                       "client_host_address": bytes([127, 0, 0, 1])})
+        assert c.wait_closed()
+
+
+def test_handshake_after_authentication_without_reauthentication(secure_broker):
+    """No connections.max.reauth.ms and no token lifetime: a second SaslHandshake is answered ILLEGAL_SASL_STATE
+    and the connection stays up (Kafka's maybeBeginServerReauthentication declines)."""
+    with _sasl_client(secure_broker) as c:
+        assert c.request(17, 1, {"mechanism": "PLAIN"}).error_code == 0
+        assert c.request(36, 2, {"auth_bytes": b"\0alice\0" + ALICE_PW.encode()}).error_code == 0
+        assert c.request(17, 1, {"mechanism": "PLAIN"}).error_code == 34
+        assert c.request(3, 1, {"topics": []}).brokers
+
+
+async def test_broker_connection_reauthenticates_without_failing_requests(tmp_path):
+    """The broker's own client (inter-broker, controller, tools) re-authenticates before its session ends by moving
+    to a new connection; requests in flight on the old one are still answered, none fails or is sent twice."""
+    import asyncio
+    from protocol.client import BrokerConnection
+    from protocol.client_security import ClientSecurity
+    from tests.conftest import BrokerProcess
+    port = free_port()
+    b = BrokerProcess(tmp_path / "reauth-client", {"sasl.enabled.mechanisms": "PLAIN",
+                                                   "connections.max.reauth.ms": "1000",
+                                                   "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS})
+    b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{port}"
+    b.start()
+    conn = BrokerConnection("127.0.0.1", port, "reauth-test", security=ClientSecurity.from_properties({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" '
+                            f'password="{ALICE_PW}";'}))
+    try:
+        deadline = time.monotonic() + 4
+
+        async def worker() -> int:                   # 8 of them: requests are always in flight when one is sent
+            n = 0
+            while time.monotonic() < deadline:
+                await conn.send(3, 1, {"topics": []})
+                n += 1
+            return n
+        assert sum(await asyncio.gather(*(worker() for _ in range(8)))) > 100
+    finally:
+        conn.close()
+        assert b.stop() == 0
+    log = b.log_text()
+    assert "expired" not in log and "Traceback" not in log, log[-3000:]

@@ -14,7 +14,7 @@ from protocol.errors import ErrorCode
 def test_listeners_advertised_and_inter_broker():
     lc = ListenerConfig.from_config(BrokerConfig({
         "listeners": "CLIENT://0.0.0.0:9092,INTERNAL://10.0.0.1:9093",
-        "advertised.listeners": "CLIENT://kafka.example.com:19092",
+        "advertised.listeners": "CLIENT://kafka.example.com:19092,INTERNAL://10.0.0.1:9093",
         "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SSL",
         "inter.broker.listener.name": "internal"}))
     assert [(x.name, x.host, x.port, x.security_protocol) for x in lc.advertised] == [
@@ -37,6 +37,10 @@ def test_default_map_and_fallbacks():
     ({"listeners": "PLAINTEXT://:9092,PLAINTEXT://:9093"}, "named twice"),
     ({"listeners": "PLAINTEXT://nohost"}, "is not NAME://host:port"),
     ({"listener.security.protocol.map": "A:TLS"}, "does not map a name"),
+    ({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "SSL://h:9093"}, "is not one of the listeners"),
+    ({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "meta-address"),
+    ({"listeners": "A://:9092,B://:9093", "listener.security.protocol.map": "A:SSL,B:PLAINTEXT",
+      "inter.broker.listener.name": "B", "advertised.listeners": "A://h:9092"}, "must include the inter-broker"),
 ])
 def test_bad_listener_settings(props, message):
     with pytest.raises(ValueError, match=message):
@@ -60,7 +64,8 @@ def test_each_listener_gets_its_own_endpoints():
         TopicRecord("t", "0" * 32), PartitionRecord("0" * 32, 0, [1], [1], 1, 3)])
     reg = image.brokers[1]
     assert reg.endpoint("INTERNAL") == ("private", 9093)
-    assert reg.endpoint("CLIENT") == reg.endpoint("UNKNOWN") == reg.endpoint() == ("public", 9092)
+    assert reg.endpoint("CLIENT") == reg.endpoint() == ("public", 9092)
+    assert reg.endpoint("UNKNOWN") is None               # left out, never another listener's port
     leaders, nodes = current_leaders(image, [("t", 0, ErrorCode.not_leader_or_follower)], "INTERNAL")
     assert leaders == {("t", 0): (1, 3)} and nodes == [(1, "private", 9093, None)]
 
