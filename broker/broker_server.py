@@ -149,6 +149,7 @@ class Broker:
         self.connections: set[KafkaConnection] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self._reaper: asyncio.Task | None = None
+        self._jwks_refresh: asyncio.Task | None = None
         self._starting: asyncio.Task | None = None
         self._peer_connections: dict[int, BrokerConnection] = {}
         self.started_at = 0.0                   # event-loop time of start()
@@ -370,6 +371,8 @@ class Broker:
             log.info("Strata broker %d listening on %s://%s:%d (%s; cluster %s)", self.node_id, lst.name,
                      lst.host, lst.port, lst.security_protocol, self.cluster_id)
         self._reaper = loop.create_task(self._close_idle_connections())
+        if self.security.jwks_refreshes:
+            self._jwks_refresh = loop.create_task(self.security.refresh_jwks())
 
     async def _close_idle_connections(self) -> None:
         """Close connections idle for connections.max.idle.ms (Kafka's Selector does; -1 never), which also ends
@@ -402,6 +405,8 @@ class Broker:
             server.close()
         if self._reaper is not None:
             self._reaper.cancel()
+        if self._jwks_refresh is not None:
+            self._jwks_refresh.cancel()
         for conn in list(self.connections):
             conn.transport.close()
         if self.remote_log_manager is not None:

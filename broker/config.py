@@ -85,7 +85,8 @@ BROKER_DEFAULTS: dict[str, str] = {
 # as in Kafka (listeners, log.dirs, node.id...) or not reconfigurable live in Strata yet (the cleaner's threads).
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     {d.broker_name for d in TOPIC_CONFIGS.values() if not d.broker_name.startswith("remote.")} |
-    {"log.retention.hours", "log.retention.minutes", "log.roll.hours"})
+    {"log.retention.hours", "log.retention.minutes", "log.roll.hours"} |
+    {k for k in SECURITY_DEFAULTS if k.startswith("sasl.kerberos.")})
 
 
 _SENSITIVE_WORDS = ("secret", "password", "token", "access.key", "credential", "sasl.jaas.config", "ssl.keystore.key",

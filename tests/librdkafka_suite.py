@@ -56,12 +56,47 @@ KAFKA_PATH = CACHE / "kafka-path"
 CONFIGURE_ARGS = ["--enable-ssl", "--disable-gssapi", "--disable-curl", "--disable-zstd", "--disable-lz4-ext",
                   "--enable-zlib", "--disable-syslog"]
 # Fixes to the release's tests made upstream since, applied to the unpacked source before building: (file under
-# tests/, the text, its replacement). Each must match exactly once.
+# tests/, the text, its replacement). Each must match exactly once. All are from librdkafka's commit c96a820
+# ("Additional test fixes", first released in 2.9.0), which made the tests pass against Apache Kafka 4.0 in KRaft mode.
 TEST_PATCHES = [
+    # A topic just created may still be unknown to the brokers a new client asks next: test_wait_metadata_update
+    # first waits a second (2.8.0 did so only in test_wait_topic_exists). Without it 0081's DescribeConsumerGroups
+    # subscribed a consumer ~0.1 s after the admin client saw the topic, and the consumer's first Metadata answer,
+    # from another broker, was UNKNOWN_TOPIC_OR_PART ("Subscribed topic not available"), which fails the test.
+    ("test.c",
+     """        rd_kafka_t *our_rk = NULL;
+
+        if (!rk)
+                rk = our_rk = test_create_handle(RD_KAFKA_PRODUCER, NULL);
+""",
+     """        rd_kafka_t *our_rk = NULL;
+
+        /* Wait an additional second for the topic to propagate in
+         * the cluster. This is not perfect but a cheap workaround for
+         * the asynchronous nature of topic creations in Kafka.
+         * Sleeping comes before the full metadata requests because otherwise
+         * those requests can trigger rejoins in case of
+         * regex subscriptions. */
+        rd_sleep(1);
+
+        if (!rk)
+                rk = our_rk = test_create_handle(RD_KAFKA_PRODUCER, NULL);
+"""),
+    ("test.c",
+     """        test_wait_metadata_update(rk, &topics, 1, NULL, 0, tmout);
+
+        /* Wait an additional second for the topic to propagate in
+         * the cluster. This is not perfect but a cheap workaround for
+         * the asynchronous nature of topic creations in Kafka. */
+        rd_sleep(1);
+}
+""",
+     """        test_wait_metadata_update(rk, &topics, 1, NULL, 0, tmout);
+}
+"""),
     # 0081's DescribeConsumerGroups with authorized operations expected a group's operations to be READ, DESCRIBE and
     # DELETE, as before Apache Kafka 4.0; 4.x adds DESCRIBE_CONFIGS and ALTER_CONFIGS (KIP-848's group configs;
-    # Kafka's AclEntry.supportedOperations(GROUP)). librdkafka's commit c96a820 ("Additional test fixes", in 2.9.0)
-    # expects the five from broker version 4.0 on, which is what this is.
+    # Kafka's AclEntry.supportedOperations(GROUP)), and c96a820 expects the five from broker version 4.0 on.
     ("0081-admin.c",
      """                const rd_kafka_AclOperation_t expected[] = {
                     RD_KAFKA_ACL_OPERATION_DELETE,

@@ -24,6 +24,7 @@ class BrokerSecurity:
     def __init__(self, config):
         self.config = config
         self.topics = None                     # the broker's MetadataCache, for SCRAM credentials (set by the broker)
+        self.jwks_refreshes: list = []         # (url, JwksValidator, seconds) of JWKS fetched from an endpoint
         self.listeners = ListenerConfig.from_config(config)
         self.server_contexts = {}
         self.mappers = {}
@@ -45,6 +46,24 @@ class BrokerSecurity:
         # without controller.listener.names the controller is reached like any broker, with the same mechanism
         self.controller = self.client_security(self.listeners.controller, "sasl.mechanism.controller.protocol") \
             if config.get("controller.listener.names").strip() else self.inter_broker
+
+    async def refresh_jwks(self) -> None:
+        """Fetch each JWKS endpoint again every sasl.oauthbearer.jwks.endpoint.refresh.ms (Kafka's
+        RefreshingHttpsJwks), so keys an identity provider rotates in are accepted; a failed fetch keeps the keys
+        it has and is retried at the next period."""
+        import asyncio
+        import logging
+
+        from broker.security.sasl_authenticator import fetch_jwks
+
+        async def one(url, validator, period):
+            while True:
+                await asyncio.sleep(period)
+                try:
+                    validator.update(await asyncio.to_thread(fetch_jwks, url))
+                except Exception as e:
+                    logging.getLogger("strata.security").warning("refreshing the JWKS from %s failed: %s", url, e)
+        await asyncio.gather(*(one(*r) for r in self.jwks_refreshes))
 
     def _getter(self, listener: str):
         return lambda key: listener_setting(self.config, listener, key)
@@ -96,3 +115,7 @@ class _Owner:
     @property
     def topics(self):
         return self._security.topics
+
+    @property
+    def jwks_refreshes(self) -> list:
+        return self._security.jwks_refreshes

@@ -33,6 +33,11 @@ SECURITY_DEFAULTS: dict[str, str] = {
     "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
     "ssl.protocol": "TLSv1.3",
     "ssl.cipher.suites": "",
+    # GSSAPI's settings, with Kafka's defaults: shown and (as in Kafka) changeable at run time, without effect here,
+    # since Strata has no Kerberos; kept so Kafka's tools and tests that set them (librdkafka's 0081) work
+    **{"sasl.kerberos.service.name": "", "sasl.kerberos.kinit.cmd": "/usr/bin/kinit",
+       "sasl.kerberos.ticket.renew.window.factor": "0.8", "sasl.kerberos.ticket.renew.jitter": "0.05",
+       "sasl.kerberos.min.time.before.relogin": "60000", "sasl.kerberos.principal.to.local.rules": "DEFAULT"},
     "authorizer.class.name": "",
     "super.users": "",
     "allow.everyone.if.no.acl.found": "false",

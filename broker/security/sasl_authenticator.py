@@ -52,20 +52,34 @@ def mechanism_factory(broker, listener: str, mechanism: str):
         from protocol.sasl.oauthbearer import JwksValidator, OAuthBearerServer, UnsecuredJwsValidator
         jwks = mechanism_setting(config, listener, mechanism, "sasl.oauthbearer.jwks.endpoint.url")
         if jwks:
-            path = jwks[len("file://"):] if jwks.startswith("file://") else jwks
+            remote = jwks.startswith(("http://", "https://"))
+            source = fetch_jwks(jwks) if remote else jwks[len("file://"):] if jwks.startswith("file://") else jwks
             aud = mechanism_setting(config, listener, mechanism, "sasl.oauthbearer.expected.audience")
             validator = JwksValidator(
-                path, expected_audience=[a.strip() for a in aud.split(",") if a.strip()] or None,
+                source, expected_audience=[a.strip() for a in aud.split(",") if a.strip()] or None,
                 expected_issuer=mechanism_setting(config, listener, mechanism, "sasl.oauthbearer.expected.issuer")
                 or None,
                 sub_claim_name=mechanism_setting(config, listener, mechanism, "sasl.oauthbearer.sub.claim.name")
                 or "sub",
                 clock_skew_s=int(mechanism_setting(config, listener, mechanism,
                                                    "sasl.oauthbearer.clock.skew.seconds") or 30))
+            if remote:
+                refresh_ms = int(mechanism_setting(config, listener, mechanism,
+                                                   "sasl.oauthbearer.jwks.endpoint.refresh.ms") or 3_600_000)
+                broker.jwks_refreshes.append((jwks, validator, refresh_ms / 1000))
         else:
             validator = UnsecuredJwsValidator(_jaas_options(jaas_text))
         return lambda: OAuthBearerServer(validator)
     raise ValueError(f"unsupported SASL mechanism {mechanism}")
+
+
+def fetch_jwks(url: str, timeout: float = 10.0) -> dict:
+    """A JWKS from an identity provider's endpoint (HTTP or HTTPS, the system's CAs), as a dict; blocking, so the
+    broker calls it at start and then from a thread (BrokerSecurity.refresh_jwks)."""
+    import json
+    import urllib.request
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
 
 
 def _jaas_options(text: str) -> dict[str, str]:

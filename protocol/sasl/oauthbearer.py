@@ -371,13 +371,17 @@ class JwksValidator:
                  scope_claim_name: str = "scope", now_ms: Callable[[], int] | None = None):
         if not isinstance(jwks, Mapping):
             jwks = json.loads(Path(jwks).read_text())
-        if not isinstance(jwks.get("keys"), list):
-            raise ValueError('A JWKS must be an object with a "keys" array')
-        self._keys = [k for k in map(_load_jwk, jwks["keys"]) if k is not None]
+        self.update(jwks)
         aud = expected_audience
         self._audiences = frozenset([aud] if isinstance(aud, str) else aud or ())
         self._issuer, self._sub, self._scope = expected_issuer, sub_claim_name, scope_claim_name
         self._skew, self._now = clock_skew_s, now_ms or _wall_ms
+
+    def update(self, jwks: Mapping) -> None:
+        """Take a new key set (the broker refreshes a JWKS it fetches, Kafka's RefreshingHttpsJwks)."""
+        if not isinstance(jwks.get("keys"), list):
+            raise ValueError('A JWKS must be an object with a "keys" array')
+        self._keys = [k for k in map(_load_jwk, jwks["keys"]) if k is not None]
 
     def _select(self, header: dict, alg: str) -> _Jwk | None:
         kind = _ALGS[alg][0]

@@ -96,6 +96,7 @@ def test_the_override_merges_as_documented():
 
 
 @pytest.mark.s3
+@pytest.mark.slow           # three brokers with TLS and moto, ~30 s; the config check above runs in the normal suite
 def test_the_sasl_ssl_compose_topology_runs_as_processes(tmp_path, moto_server, topic_name):
     services = merged_config()["services"]
     rw = Rewriter(services, tmp_path, moto_server,

@@ -103,3 +103,61 @@ def test_session_ends_with_the_token(jwks_broker, keys):
         assert c.request(17, 1, {"mechanism": "OAUTHBEARER"}).error_code == 0
         resp = c.request(36, 2, {"auth_bytes": client.initial()})
         assert resp.error_code == 0 and 25 <= resp.session_lifetime.total_seconds() <= 30
+
+
+def test_jwks_from_an_endpoint_refreshed(tmp_path, keys):
+    """`sasl.oauthbearer.jwks.endpoint.url` on HTTP(S): fetched at start and again every
+    sasl.oauthbearer.jwks.endpoint.refresh.ms, so a key the identity provider rotates in is accepted."""
+    import http.server
+    import threading
+    from protocol.sasl.oauthbearer import OAuthBearerClient
+    from tests.conftest import BrokerProcess
+
+    def jwks_of(*ks):
+        out = []
+        for kid, k in ks:
+            pub = k.public_key().public_numbers()
+            out.append({"kty": "RSA", "kid": kid, "use": "sig", "n": b64url_int(pub.n), "e": b64url_int(pub.e)})
+        return json.dumps({"keys": out}).encode()
+    served = {"body": jwks_of(("k1", keys[0]))}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(served["body"])
+
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = free_port()
+    prefix = "listener.name.sasl_plaintext.oauthbearer."
+    b = BrokerProcess(tmp_path / "broker", {
+        "sasl.enabled.mechanisms": "OAUTHBEARER",
+        prefix + "sasl.oauthbearer.jwks.endpoint.url": f"http://127.0.0.1:{server.server_port}/jwks",
+        prefix + "sasl.oauthbearer.jwks.endpoint.refresh.ms": "300",
+        prefix + "sasl.oauthbearer.expected.audience": "kafka"})
+    b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{port}"
+    b.start()
+
+    def login(key, kid) -> int:
+        with RawClient(f"127.0.0.1:{port}") as c:
+            assert c.request(17, 1, {"mechanism": "OAUTHBEARER"}).error_code == 0
+            r = c.request(36, 2, {"auth_bytes": OAuthBearerClient(token(key, kid=kid)[0]).initial()})
+            if r.error_code or not r.auth_bytes:
+                return int(r.error_code)                   # accepted: no challenge
+            return int(c.request(36, 2, {"auth_bytes": b"\x01"}).error_code)   # the client's answer to the JSON error
+    try:
+        assert login(keys[0], "k1") == 0
+        assert login(keys[1], "k2") == 58                 # not (yet) in the key set
+        served["body"] = jwks_of(("k1", keys[0]), ("k2", keys[1]))
+        deadline = time.monotonic() + 10
+        while login(keys[1], "k2") != 0:
+            assert time.monotonic() < deadline, "the rotated key was never accepted"
+            time.sleep(0.2)
+    finally:
+        server.shutdown()
+        assert b.stop() == 0
+    assert "Traceback" not in b.log_text()

@@ -34,7 +34,8 @@ from tests.integration.test_security import _create_scram_user
 from tests.kafka.kafka_tools import CONFIGS
 from tests.security_certs import CertificateAuthority
 
-pytestmark = pytest.mark.usefixtures("kafka_jars")
+# slow: seven JVM starts (~35 s); the Java clients over PLAINTEXT run in the normal suite
+pytestmark = [pytest.mark.usefixtures("kafka_jars"), pytest.mark.slow]
 
 ACLS = "org.apache.kafka.tools.AclCommand"                  # kafka-acls.sh (4.0+)
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
