@@ -6,12 +6,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from protocol.sasl import MECHANISMS          # the mechanisms protocol/sasl implements: one list
+
 log = logging.getLogger("strata.security")
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's default map: every security protocol is also a listener name for itself
 DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 SECURITY_DEFAULTS: dict[str, str] = {
     "listener.security.protocol.map": DEFAULT_PROTOCOL_MAP,
@@ -159,8 +160,8 @@ def mechanism_setting(config, listener: str, mechanism: str, key: str) -> str:
 def enabled_mechanisms(config, listener: str) -> list[str]:
     wanted = [m.strip().upper() for m in listener_setting(config, listener, "sasl.enabled.mechanisms").split(",")
               if m.strip()]
-    unsupported = [m for m in wanted if m not in SUPPORTED_MECHANISMS]
+    unsupported = [m for m in wanted if m not in MECHANISMS]
     if unsupported:
         log.warning("listener %s: SASL mechanism(s) %s not supported (supported: %s); handshakes for them fail",
-                    listener, ", ".join(unsupported), ", ".join(SUPPORTED_MECHANISMS))
-    return [m for m in wanted if m in SUPPORTED_MECHANISMS]
+                    listener, ", ".join(unsupported), ", ".join(MECHANISMS))
+    return [m for m in wanted if m in MECHANISMS]
