@@ -36,7 +36,9 @@ def coordinator_of(cluster, tid: str, timeout: float = 60) -> int | None:
     return None
 
 
-def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 120) -> list[bytes]:
+def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 120,
+                   where: dict | None = None) -> list[bytes]:
+    """The topic's values, read committed; `where` collects each value's [(partition, offset)]."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check-" + uuid.uuid4().hex,
                   "isolation.level": "read_committed", "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
@@ -44,7 +46,11 @@ def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 1
     deadline = time.monotonic() + timeout
     idle_since = time.monotonic()
     while time.monotonic() < deadline:
-        got = [m.value() for m in c.consume(1000, 0.5) if m.error() is None]
+        msgs = [m for m in c.consume(1000, 0.5) if m.error() is None]
+        got = [m.value() for m in msgs]
+        if where is not None:
+            for m in msgs:
+                where.setdefault(m.value(), []).append((m.partition(), m.offset()))
         out += got
         if got:
             idle_since = time.monotonic()
@@ -103,10 +109,13 @@ def test_copier_output_holds_every_input_record_once(kafka_jars, system, tmp_pat
         finally:
             for c in copiers:
                 c.stop()
-        out = read_committed(cluster.bootstrap, dst, MESSAGES)
+        where: dict = {}
+        out = read_committed(cluster.bootstrap, dst, MESSAGES, where=where)
         print(f"{system}: killed {killed}, {len(out)} records read committed from {dst}; aborted transactions "
               f"seen by the copiers: {sum(1 for c in copiers for e in c.events if 'abort' in str(e).lower())}")
-        assert len(out) == len(set(out)), f"{len(out) - len(set(out))} records copied twice"
+        twice = sorted((v for v, at in where.items() if len(at) > 1), key=lambda v: where[v])
+        assert not twice, f"{len(twice)} records copied twice, e.g. (partition, offset) of each copy: " + \
+            ", ".join(f"{v.decode()} at {where[v]}" for v in twice[:: max(1, len(twice) // 20)])
         missing = set(b"%d" % i for i in range(MESSAGES)) - set(out)
         assert not missing, f"{len(missing)} input records missing from the output, e.g. {sorted(missing)[:5]}"
         assert len(out) == MESSAGES

@@ -86,7 +86,11 @@ class GroupCoordinator(GroupOffsetsAndAdmin, TxnOffsetsMixin):
         self._clock = clock or (lambda: int(time.time() * 1000))
         self.groups: dict[str, GroupMetadata] = {}
         self._cleanup_timer: asyncio.TimerHandle | None = None
-        self._active = True
+        # A coordinator that persists to __consumer_offsets answers only once start() knows which partitions it leads
+        # and is loading them: a cluster member listens (for the controller) before that, and an OffsetFetch
+        # answered from its empty memory then read "no committed offset", which made a transactional copier start
+        # over from the beginning of its input (Kafka's GroupCoordinator is inactive until startup, too).
+        self._active = replicas is None
         # __consumer_offsets (None without a ReplicaManager: nothing is persisted) and the partitions still loading.
         self.store = GroupMetadataStore(InternalTopics(replicas), config, self.now_ms) if replicas is not None \
             else None
@@ -191,7 +195,8 @@ class GroupCoordinator(GroupOffsetsAndAdmin, TxnOffsetsMixin):
         return self._clock()
 
     def _unavailable(self, group_id: str) -> int:
-        """NOT_COORDINATOR once stopped; ErrorCode.coordinator_load_in_progress while the group's partition is loading."""
+        """NOT_COORDINATOR before start() and once stopped (the client finds the coordinator again, as from Kafka's
+        group coordinator runtime); COORDINATOR_LOAD_IN_PROGRESS while the group's partition is loading."""
         if not self._active:
             return ErrorCode.not_coordinator
         if self._leading is not None and self.store.partition_for(group_id) not in self._leading:
