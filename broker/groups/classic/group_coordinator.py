@@ -206,6 +206,10 @@ class GroupCoordinator(GroupOffsetsAndAdmin, TxnOffsetsMixin):
         return ErrorCode.none
 
     @property
+    def active(self) -> bool:
+        return self._active
+
+    @property
     def loading(self) -> bool:
         return bool(self._loading)
 
