@@ -188,8 +188,16 @@ class BrokerConnection:
             flexible = kio_codec.is_flexible(api_key, version)
         if self._session_end is not None and asyncio.get_running_loop().time() >= self._session_end:
             self._retire()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         if self._writer is None:
-            await self._connect()
+            # `timeout` bounds the connection's set-up too: a heartbeat must give up within half a session
+            # (broker_lifecycle.py) even when the controller's address silently drops packets, or the broker is
+            # fenced while it waits for a connection to a controller that is gone
+            try:
+                await asyncio.wait_for(self._connect(), timeout)
+            except asyncio.TimeoutError:
+                raise ConnectionFailed(f"cannot connect to {self.host}:{self.port} within {timeout}s") from None
         corr = next(self._corr) & 0x7FFFFFFF
         header = _HEADER.pack(api_key, version, corr) + self._client_id + (b"\x00" if flexible else b"")
         fut = asyncio.get_running_loop().create_future()
@@ -198,7 +206,7 @@ class BrokerConnection:
         writer = self._writer
         writer.writelines([I32.pack(len(header) + len(body)), header, body])
         try:
-            frame = await asyncio.wait_for(fut, timeout)
+            frame = await asyncio.wait_for(fut, max(deadline - loop.time(), 0.001))
         except asyncio.TimeoutError:
             pending.pop(corr, None)
             if pending is self._pending:
