@@ -127,7 +127,12 @@ def _coerce(options: dict) -> dict:
 
 def open_object_store(url: str, **options) -> ObjectStore:
     """Build a store from a URL: `file:///abs/path`, `file://./rel/path` (relative to the working directory)
-    or `s3://bucket[/prefix]`. Unknown option names raise TypeError; options of the other backend are ignored."""
+    or `s3://bucket[/prefix]`. Unknown option names raise TypeError; options of the other backend are ignored.
+    `faults` (a spec string; for fault testing only) wraps the store in storage/objectstore/faulty.py's injector."""
+    faults = options.pop("faults", None)
+    if faults:
+        from storage.objectstore.faulty import FaultyObjectStore
+        return FaultyObjectStore.from_spec(open_object_store(url, **options), faults)
     unknown = set(options) - _S3_OPTIONS - _LOCAL_OPTIONS
     if unknown:
         raise TypeError(f"unknown object store option(s): {', '.join(sorted(unknown))}")
