@@ -1,7 +1,7 @@
 """Network partitions between real broker processes, each in its own network namespace (tests/faults/netns.py): the
 harness itself; a partition leader cut off from its followers while it still reaches the store and the clients
 (the leader a follower of the controller, or the controller itself); the tests/faults workload and checker under a
-seeded nemesis of network faults; and the controller cut off from everything (xfail: healthy brokers are fenced at
+seeded nemesis of network faults; and the controller cut off from everything (no healthy broker may be fenced at
 the failover). Needs root and `ip netns` (skips otherwise)."""
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tests.cluster.conftest import stop_and_check
 from tests.cluster.helpers import AckedProducer, replica_contents
 from tests.faults.netns import CLIENT, PREFIX, STORE, ip, net_cluster, network_faults  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.slow       # about 3 minutes of real clusters: the slow suite (make test-slow, CI)
 NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND = 6, 7, 19, 20
 
 
