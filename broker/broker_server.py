@@ -3,7 +3,6 @@ and the socket server together, and runs their start-up and shutdown in order (K
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 import uuid
@@ -13,7 +12,8 @@ from broker.replica_selector import load_selector
 from broker.security.authorizer import load_authorizer
 from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import load_handlers
-from broker.socket_server import KafkaConnection
+from broker.socket_limits import ConnectionQuotas, RequestMemoryPool, SocketLimitsCollector
+from broker.socket_server import KafkaConnection, listen
 from broker.metadata_publisher import MetadataPublisher
 from broker.topic_admin import create_through_controller, place, topic_records
 from broker.broker_lifecycle import BrokerLifecycle
@@ -146,8 +146,12 @@ class Broker:
         self.replica_selector = load_selector(config.get("replica.selector.class"))
         self.authorizer = load_authorizer(config)
         self.max_request_size = config.get_int("socket.request.max.bytes")
+        # max.connections* and queued.max.request.bytes (broker/socket_limits.py, docs/configuration.md)
+        self.quotas = ConnectionQuotas(config, self.security.listeners)
+        self.memory_pool = RequestMemoryPool(config.get_int("queued.max.request.bytes"))
+        self.metrics_registry.register(SocketLimitsCollector(self.quotas, self.memory_pool))
         self.connections: set[KafkaConnection] = set()
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list = []             # per listener: an Acceptor, or the loop's server when no limit is set
         self._reaper: asyncio.Task | None = None
         self._jwks_refresh: asyncio.Task | None = None
         self._starting: asyncio.Task | None = None
@@ -361,13 +365,10 @@ class Broker:
             log.info("metrics on http://%s:%d/metrics", self.config.listener[0], self._metrics_server.server_port)
 
     async def _listen(self) -> None:
-        """One server per listener (Kafka's Acceptor per endpoint), TLS on SSL and SASL_SSL ones."""
+        """One accept loop per listener (Kafka's Acceptor per endpoint), TLS on SSL and SASL_SSL ones."""
         loop = asyncio.get_running_loop()
         for lst in self.security.listeners.listeners:
-            server = await loop.create_server(functools.partial(KafkaConnection, self, lst), lst.host or None,
-                                              lst.port, reuse_address=True, backlog=1024,
-                                              ssl=self.security.server_contexts.get(lst.name))
-            self._servers.append(server)
+            self._servers.append(await listen(self, lst, self.security.server_contexts.get(lst.name), backlog=1024))
             log.info("Strata broker %d listening on %s://%s:%d (%s; cluster %s)", self.node_id, lst.name,
                      lst.host, lst.port, lst.security_protocol, self.cluster_id)
         self._reaper = loop.create_task(self._close_idle_connections())

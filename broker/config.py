@@ -27,6 +27,12 @@ BROKER_DEFAULTS: dict[str, str] = {
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",
     "socket.request.max.bytes": str(100 * 1024 * 1024),
+    # Connection and request-memory limits (broker/socket_limits.py). Kafka's defaults, except that Kafka leaves
+    # queued.max.request.bytes unbounded (-1): Strata bounds it at socket.request.max.bytes' default
+    "max.connections": "2147483647",
+    "max.connections.per.ip": "2147483647",
+    "max.connections.per.ip.overrides": "",
+    "queued.max.request.bytes": str(100 * 1024 * 1024),
     "log.retention.check.interval.ms": "300000",
     "max.incremental.fetch.session.cache.slots": "1000",
     "max.request.partition.size.limit": "2000",
@@ -171,6 +177,8 @@ class BrokerConfig:
         # validate early: a bad value fails at start-up with a message, not as a traceback at first use
         cfg.log_config()
         load_selector(cfg.get("replica.selector.class"))
+        from broker.socket_limits import validate as validate_socket_limits
+        validate_socket_limits(cfg)
         for key in ("node.id", "metrics.port", "broker.session.timeout.ms", "broker.heartbeat.interval.ms"):
             try:
                 cfg.get_int(key)

@@ -1,5 +1,7 @@
-"""The socket server: asyncio (uvloop) connections, 4-byte framing, request headers, dispatch to the handler of each
-API key, in-order pipelined replies. It knows nothing of partitions or groups: handlers get the broker object."""
+"""The socket server: an accept loop per listener (connection limits), asyncio (uvloop) connections, 4-byte framing
+(request memory limit), request headers, dispatch to the handler of each API key, in-order pipelined replies. It
+knows nothing of partitions or groups: handlers get the broker object. The limits' bookkeeping is
+broker/socket_limits.py."""
 from __future__ import annotations
 
 import asyncio
@@ -11,6 +13,8 @@ import time
 from collections import deque
 
 from broker.controller_channel import forward
+from broker.log_limits import RateLimitedLog
+from broker.socket_limits import normal_ip
 from broker.handlers import Request, api_versions
 from broker.security.sasl_authenticator import SASL_HANDSHAKE, AuthenticationEnded, SaslAuthenticator
 from protocol import kio_codec
@@ -24,6 +28,12 @@ log = logging.getLogger("strata.server")
 # skips inspect.isawaitable, an ABC check that cost more than parsing a small Produce request.
 _IMMEDIATE = frozenset({bytes, bytearray, memoryview, list, EncodedResponse, type(None)})
 MAX_IN_FLIGHT = 128  # per connection; reading pauses beyond this so one client cannot queue unbounded work
+ACCEPT_RETRY_DELAY = 1.0   # after accept(2) fails (EMFILE: out of file descriptors), as asyncio's own servers wait
+
+# Lines a peer can make us write as often as it likes: the first ones, then a few per interval and a count
+_CLOSE_LOG = RateLimitedLog(log, logging.WARNING, what="similar messages (connections closed for bad input)")
+_REJECT_LOG = RateLimitedLog(log, logging.INFO, what="similar messages (connections over max.connections.per.ip)")
+_ACCEPT_ERROR_LOG = RateLimitedLog(log, logging.ERROR, burst=5, per_interval=1, what="accept errors")
 
 
 @functools.cache
@@ -36,11 +46,15 @@ def _flexible(api_key: int, version: int) -> bool:
 
 class KafkaConnection(asyncio.Protocol):
     __slots__ = ("broker", "transport", "size_buf", "frame", "filled", "queue", "peer", "client_host", "paused", "closed",
-                 "corked", "listener", "auth", "principal", "last_active")
+                 "corked", "listener", "auth", "principal", "last_active", "quota_ip", "frame_charge", "held", "pool")
 
-    def __init__(self, broker, listener=None):
+    def __init__(self, broker, listener=None, quota_ip: str | None = None):
         self.broker = broker
         self.listener = listener            # broker.security.listeners.Listener (None: the broker's first)
+        self.quota_ip = quota_ip            # the address ConnectionQuotas counted this connection under, until lost
+        self.pool = broker.memory_pool      # queued.max.request.bytes (broker/socket_limits.py)
+        self.frame_charge = 0               # pool bytes taken for self.frame
+        self.held: bytes | None = None      # bytes read while waiting for pool memory (from a frame's size on)
         self.auth: SaslAuthenticator | None = None      # SASL listeners: the connection's authenticator
         self.principal = "User:ANONYMOUS"
         self.last_active = time.monotonic()
@@ -67,6 +81,9 @@ class KafkaConnection(asyncio.Protocol):
         listener = self.listener
         if listener is None:
             return
+        if self.quota_ip is None:           # accepted by the loop's own server (no limit set): only counted
+            self.quota_ip = _ip_of(self.peer)
+            self.broker.quotas.inc(listener.name, self.quota_ip)
         if listener.ssl and not listener.sasl:      # on SASL_SSL the principal comes from SASL, as in Kafka
             try:
                 self.principal = self.broker.security.ssl_principal(listener.name,
@@ -80,6 +97,16 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.broker.connections.discard(self)
+        self.release_quota()
+        if self.frame_charge:               # a frame cut short by the close
+            self.frame, charge, self.frame_charge = None, self.frame_charge, 0
+            self.pool.release(charge)
+        self.held = None
+
+    def release_quota(self) -> None:
+        ip, self.quota_ip = self.quota_ip, None
+        if ip is not None:
+            self.broker.quotas.dec(self.listener.name, ip)
 
     def pause_writing(self) -> None:
         self._pause()
@@ -93,7 +120,7 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _resume(self) -> None:
-        if self.paused and not self.closed and len(self.queue) < MAX_IN_FLIGHT:
+        if self.paused and not self.closed and len(self.queue) < MAX_IN_FLIGHT and self.held is None:
             self.paused = False
             self.transport.resume_reading()
 
@@ -106,9 +133,10 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.close()
 
     def close(self, reason: str, *args) -> None:
+        """Close for bad input (or an internal error): a warning, rate-limited since a peer can repeat it at will."""
         if not self.closed:
             self._uncork()
-            log.warning("closing connection from %s: " + reason, self.peer, *args)
+            _CLOSE_LOG.log("closing connection from %s: " + reason, self.peer, *args)
             self.closed = True
             self.transport.close()
 
@@ -119,8 +147,11 @@ class KafkaConnection(asyncio.Protocol):
         The replies to every request of one read go out in one write: librdkafka sends one Produce request per
         partition, so with many partitions a read holds many small requests, and a send(2) per reply cost more than
         handling the request."""
-        self.corked = []
         self.last_active = time.monotonic()
+        if self.held is not None:           # read before pause_reading took effect (TLS buffers): keep it in order
+            self.held += data
+            return
+        self.corked = []
         try:
             self._frames(data)
         finally:
@@ -144,7 +175,8 @@ class KafkaConnection(asyncio.Protocol):
                 if self.filled < len(frame):
                     return
                 self.frame = None
-                self._handle(frame)
+                charge, self.frame_charge = self.frame_charge, 0
+                self._handle(frame, charge)
                 continue
             size_buf = self.size_buf
             if not size_buf and n - i >= 4:
@@ -166,15 +198,42 @@ class KafkaConnection(asyncio.Protocol):
                     f"frame of {size} bytes before authentication (sasl.server.max.receive.size="
                     f"{self.auth.max_receive})"))
                 return
+            # queued.max.request.bytes, for authenticated connections only (Kafka reads SASL frames outside its pool)
+            charge = size if self.auth is None or self.auth.authenticated else 0
+            if charge and not self.pool.try_allocate(charge):
+                self._wait_for_memory(I32.pack(size) + mv[i:].tobytes())
+                return
             if n - i >= size:
                 frame = bytearray(mv[i:i + size])
                 i += size
-                self._handle(frame)
+                self._handle(frame, charge)
             else:
                 self.frame = bytearray(size)
+                self.frame_charge = charge
                 self.filled = 0
 
-    def _handle(self, frame: bytearray) -> None:
+    def _wait_for_memory(self, held: bytes) -> None:
+        """The pool is empty: keep what was read (from the frame's size on), stop reading, and queue for memory
+        (Kafka mutes the channel). No request is refused for it."""
+        self.held = held
+        if not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        self.pool.wait(self)
+
+    def memory_available(self) -> None:
+        """Called by the pool when memory came back: frame what was held, then read again."""
+        held, self.held = self.held, None
+        if held is None or self.closed:
+            return
+        self.corked = []
+        try:
+            self._frames(held)
+        finally:
+            self._uncork()
+        self._resume()
+
+    def _handle(self, frame: bytearray, charge: int) -> None:
         try:
             self._dispatch(frame)
         except MalformedRequest as e:
@@ -184,6 +243,9 @@ class KafkaConnection(asyncio.Protocol):
         except Exception:
             log.exception("request from %s failed", self.peer)
             self.close("internal error while handling a request")
+        finally:
+            if charge:                      # the handler has returned: Kafka's releaseBuffer after KafkaApis.handle
+                self.pool.release(charge)
 
     # ---- dispatch --------------------------------------------------------------------------------------------
     def _dispatch(self, frame: bytearray) -> None:
@@ -352,3 +414,125 @@ class KafkaConnection(asyncio.Protocol):
             corked.extend(chunks)
         else:
             self.transport.writelines([head, *chunks])
+
+
+async def listen(broker, listener, ssl_context=None, backlog: int = 1024):
+    """Start accepting on a listener; returns what stop() closes. With a connection limit set, an Acceptor; without,
+    the event loop's own server (uvloop's accept loop in C: a connection costs ~60 us less CPU than through
+    sock_accept and connect_accepted_socket), whose connections KafkaConnection counts for the metrics."""
+    if broker.quotas.limited:
+        acceptor = Acceptor(broker, listener, ssl_context, backlog)
+        acceptor.start()
+        return acceptor
+    return await asyncio.get_running_loop().create_server(
+        functools.partial(KafkaConnection, broker, listener), listener.host or None, listener.port,
+        reuse_address=True, backlog=backlog, ssl=ssl_context)
+
+
+class Acceptor:
+    """One listener's accept loop (Kafka's Acceptor), in place of loop.create_server, which cannot stop accepting:
+    accept, wait for a connection slot (max.connections; meanwhile later clients wait in the listen backlog, as
+    behind Kafka's blocked acceptor thread), refuse an address over max.connections.per.ip by closing at once, and
+    hand the socket to a KafkaConnection (after the TLS handshake, in its own task, on SSL listeners). A connection
+    on the protected inter-broker listener may close least recently active ones elsewhere (ConnectionQuotas)."""
+
+    def __init__(self, broker, listener, ssl_context=None, backlog: int = 1024):
+        self.broker, self.listener, self.ssl = broker, listener, ssl_context
+        self.socks = _bind(listener.host, listener.port, backlog)
+        self.tasks: list[asyncio.Task] = []
+        self.handshakes: set[asyncio.Task] = set()
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self._run(sock)) for sock in self.socks]
+
+    def close(self) -> None:
+        """Stop accepting; each listening socket is closed by its own loop once the cancellation reaches it (not
+        here, while the event loop still polls it for sock_accept)."""
+        for task in (*self.tasks, *self.handshakes):
+            task.cancel()
+
+    async def _run(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        name = self.listener.name
+        try:
+            while True:
+                try:
+                    conn, addr = await loop.sock_accept(sock)
+                except OSError as e:
+                    _ACCEPT_ERROR_LOG.log("accepting a connection on listener %s failed: %s", name, e)
+                    await asyncio.sleep(ACCEPT_RETRY_DELAY)
+                    continue
+                try:
+                    await self._admit(loop, conn, addr)
+                except Exception:               # as Kafka's acceptor: one connection's trouble never ends the loop
+                    log.exception("error while accepting a connection on listener %s", name)
+                    conn.close()
+        finally:
+            sock.close()
+
+    async def _admit(self, loop, conn: socket.socket, addr) -> None:
+        quotas, name = self.broker.quotas, self.listener.name
+        await quotas.wait_for_slot(name)
+        ip = _ip_of(addr)
+        if not quotas.inc(name, ip):
+            _REJECT_LOG.log("Rejected connection from %s, address already has the configured maximum of %d "
+                            "connections.", ip, quotas.max_for(ip))
+            conn.close()
+            return
+        if name == quotas.protected and quotas.exceeded() > 0:
+            quotas.close_excess(self.broker.connections)
+        if self.ssl is None:
+            await self._serve(loop, conn, ip)
+        else:
+            task = loop.create_task(self._serve(loop, conn, ip))
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    async def _serve(self, loop, conn: socket.socket, ip: str) -> None:
+        made: list[KafkaConnection] = []
+
+        def protocol() -> KafkaConnection:
+            made.append(KafkaConnection(self.broker, self.listener, quota_ip=ip))
+            return made[0]
+
+        try:
+            conn.setblocking(False)
+            await loop.connect_accepted_socket(protocol, conn, ssl=self.ssl)
+        except BaseException as e:          # a failed TLS handshake, a peer gone, shutdown: uncount it
+            if made:                        # the transport owns the socket (and closes it) from here on
+                made[0].release_quota()
+            else:
+                self.broker.quotas.dec(self.listener.name, ip)
+                conn.close()
+            if not isinstance(e, Exception):
+                raise
+            log.debug("connection from %s on listener %s not started: %s", ip, self.listener.name, e)
+
+
+def _ip_of(addr) -> str:
+    try:
+        return normal_ip(addr[0])
+    except (ValueError, IndexError, TypeError):
+        return str(addr)
+
+
+def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets as loop.create_server makes them: an empty host binds every interface (IPv4 and IPv6)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, type_, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, type_, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
