@@ -26,7 +26,7 @@ from protocol.client import BrokerConnection
 from protocol.errors import ErrorCode
 from replication.alter_partition_manager import AlterPartitionManager
 from replication.replica_fetcher import FetchSettings, ReplicaFetcherManager
-from storage.objectstore.object_store import ObjectNotFound, PreconditionFailed, open_object_store
+from storage.objectstore.object_store import ObjectNotFound, PreconditionFailed, open_object_store, until_answered
 from metadata.metadata_cache import MetadataCache
 from replication.internal_topics import InternalTopics
 from replication.replica_manager import ReplicaManager
@@ -334,7 +334,8 @@ class Broker:
         """Join the cluster: agree on the cluster id, follow the metadata log, listen (this node may be the
         controller its own registration goes to), register (which fences a previous incarnation of this broker),
         and only then open the replicas, with the image that registration produced."""
-        self.cluster_id = await ensure_cluster_id(self.metadata_store, self.cluster_id)
+        self.cluster_id = await until_answered(lambda: ensure_cluster_id(self.metadata_store, self.cluster_id),
+                                               "reading the cluster id", log)
         self.lifecycle.cluster_id = self.cluster_id
         await self.controller.start()
         if self.cluster_control is not None:

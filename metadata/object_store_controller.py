@@ -32,7 +32,7 @@ from metadata.controller_lease import ControllerLease
 from metadata.image import MetadataImage
 from metadata.object_store_log import ObjectStoreMetadataLog
 from metadata.records import LeaderChangeRecord
-from storage.objectstore.object_store import ObjectStore, ObjectStoreError, PreconditionFailed
+from storage.objectstore.object_store import ObjectStore, ObjectStoreError, PreconditionFailed, until_answered
 
 log = logging.getLogger("strata.controller")
 
@@ -200,7 +200,7 @@ class ObjectStoreController:
         return self.active
 
     async def start(self) -> None:
-        await self.load()
+        await until_answered(self.load, f"node {self.node_id}: reading the metadata log", log)
         log.info("node %d: metadata log at offset %d (controller %d, epoch %d)", self.node_id, self._image.offset,
                  self._image.controller_id, self._image.controller_epoch)
         self._task = asyncio.create_task(self._run(), name=f"controller-{self.node_id}")

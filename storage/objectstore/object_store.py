@@ -109,6 +109,23 @@ _INT_OPTIONS = {"multipart_threshold", "part_size", "max_concurrency", "max_atte
 _FLOAT_OPTIONS = {"retry_base_delay", "retry_max_delay", "connect_timeout", "read_timeout"}
 
 
+async def until_answered(call, what: str, log, max_delay: float = 5.0):
+    """`await call()` until the store answers: a retriable error (outage, throttling, timeout) is logged and tried
+    again with a doubling backoff, anything else is raised. For start-up reads a process cannot do without (the
+    cluster id, the metadata log): as a Kafka broker waits for its quorum, rather than exiting on one 503."""
+    import asyncio
+    delay = 0.1
+    while True:
+        try:
+            return await call()
+        except ObjectStoreError as e:
+            if not e.retriable:
+                raise
+            log.warning("%s: the object store did not answer (%s); trying again in %.1fs", what, e, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, max_delay)
+
+
 def _coerce(options: dict) -> dict:
     """Config files hand us strings; convert the numeric/bool options here rather than in every caller."""
     out = {}

@@ -228,3 +228,22 @@ async def test_records_that_do_not_apply_are_refused_before_anything_is_written(
         await c.run(append_op([PartitionRecord(uuid.uuid4().hex, 0, [1], [1], 1)]))
     assert len(await list_all(store, "metadata/log/")) == before and c.active
     await c.stop()
+
+
+async def test_start_waits_for_a_store_that_answers_503_instead_of_failing(store, caplog):
+    """A broker's first read of the metadata log retries what the store may answer later (503, timeouts): one 503
+    used to end the process at start-up with a traceback."""
+    from storage.objectstore.faulty import FaultyObjectStore
+    image = await ObjectStoreMetadataLog(store).append(MetadataImage(), 1, [LeaderChangeRecord(1, 1), *topic("t")])
+    faulty = FaultyObjectStore(store, seed=1, error_rate=1.0)
+    controller = ObjectStoreController(faulty, 2, lease_timeout=30.0, poll_interval=0.05, controller_role=False)
+    starting = asyncio.create_task(controller.start())
+    await asyncio.sleep(0.5)
+    assert not starting.done()
+    faulty.faults.error_rate = 0.0
+    await asyncio.wait_for(starting, 10)
+    try:
+        assert controller.image.offset == image.offset and controller.image.get("t") is not None
+        assert "the object store did not answer" in caplog.text
+    finally:
+        await controller.stop()
