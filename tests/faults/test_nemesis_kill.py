@@ -11,8 +11,7 @@ import pytest
 from tests.cluster.conftest import Cluster, stop_and_check
 from tests.cluster.helpers import create
 from tests.faults import workload
-from tests.faults.checker import check
-from tests.faults.nemesis import Nemesis, broker_faults
+from tests.faults.nemesis import broker_faults
 
 PARTITIONS = 4
 
@@ -22,22 +21,8 @@ def run_under_nemesis(tmp_path, topic: str, duration: float, seed: int | None, q
     c = Cluster(tmp_path, 3).start()
     try:
         create(c, topic, partitions=PARTITIONS, configs={"min.insync.replicas": "2"})
-
-        def settle() -> None:           # every replica back in the ISR before the next fault
-            for p in range(PARTITIONS):
-                c.wait_for_isr(topic, 3, p, timeout=settle_timeout)
-        nemesis = Nemesis(broker_faults(c), sorted(c.brokers), seed, quiet=quiet, length=length, settle=settle)
-        bootstrap = ",".join(b.bootstrap for b in c.brokers.values())      # all three, alive or not
-        history = workload.run(bootstrap, topic, duration, nemesis.seed, nemesis=nemesis, settle=settle, rate=rate)
-        path = history.dump(tmp_path / "history.jsonl")
-        report = check(history)
-        print(report.summary(examples=5))
-        print(f"seed {nemesis.seed}; faults {[(s.kind, s.target, s.length) for s in nemesis.done]}; history {path}")
-        assert report.stats.get("faults", 0) >= 1, "the nemesis applied no fault"
-        assert report.stats.get("sends_ok", 0) > 0, "nothing was acknowledged"
-        assert report.stats["partitions_complete"] == PARTITIONS, "a final read did not reach the high watermark"
-        assert report.ok, f"seed {nemesis.seed}: {report.summary(examples=10)}\nhistory saved in {path}"
-        return report
+        return workload.run_and_judge(c, topic, PARTITIONS, broker_faults(c), tmp_path, duration=duration, seed=seed,
+                                      quiet=quiet, length=length, rate=rate, settle_timeout=settle_timeout)
     finally:
         stop_and_check(c)
 

@@ -249,27 +249,12 @@ def test_workload_under_network_faults(net_cluster, topic_name, tmp_path):
 
     from tests.cluster.helpers import create
     from tests.faults import workload
-    from tests.faults.checker import check
-    from tests.faults.nemesis import Nemesis
     partitions = 4
     c = net_cluster(s3=True)
     create(c, topic_name, partitions=partitions, configs={"min.insync.replicas": "2"})
-
-    def settle() -> None:
-        for p in range(partitions):
-            c.wait_for_isr(topic_name, 3, p, timeout=60)
     seed = int(os.environ.get("STRATA_NEMESIS_SEED", "26"))
-    nemesis = Nemesis(network_faults(c), sorted(c.brokers), seed, quiet=(1.0, 3.0), length=(2.0, 8.0), settle=settle)
-    bootstrap = ",".join(b.bootstrap for b in c.brokers.values())
-    history = workload.run(bootstrap, topic_name, 30, nemesis.seed, nemesis=nemesis, settle=settle, rate=100)
-    path = history.dump(tmp_path / "history.jsonl")
-    report = check(history)
-    print(report.summary(examples=5))
-    print(f"seed {nemesis.seed}; faults {[(s.kind, s.target, s.length) for s in nemesis.done]}; history {path}")
-    assert report.stats.get("faults", 0) >= 1, "the nemesis applied no fault"
-    assert report.stats.get("sends_ok", 0) > 0, "nothing was acknowledged"
-    assert report.stats["partitions_complete"] == partitions, "a final read did not reach the high watermark"
-    assert report.ok, f"seed {nemesis.seed}: {report.summary(examples=10)}\nhistory saved in {path}"
+    workload.run_and_judge(c, topic_name, partitions, network_faults(c), tmp_path, duration=30, seed=seed,
+                           quiet=(1.0, 3.0), length=(2.0, 8.0), rate=100, settle_timeout=60)
     stop_and_check(c)
 
 

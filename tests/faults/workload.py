@@ -249,3 +249,27 @@ def run(bootstrap: str, topic: str, duration: float, seed, *, producers: int = 2
     if nemesis is not None:
         nemesis.raise_errors()
     return history
+
+
+def run_and_judge(cluster, topic: str, partitions: int, faults: dict, tmp_path, *, duration: float, seed,
+                  quiet: tuple[float, float], length: tuple[float, float], rate: float, settle_timeout: float):
+    """The workload on `cluster`'s `topic` under a Nemesis of `faults`, each fault followed by a full ISR again;
+    the history saved as tmp_path/history.jsonl and judged by the checker, which must find no anomaly."""
+    from .checker import check
+    from .nemesis import Nemesis
+
+    def settle() -> None:           # every replica back in the ISR before the next fault
+        for p in range(partitions):
+            cluster.wait_for_isr(topic, 3, p, timeout=settle_timeout)
+    nemesis = Nemesis(faults, sorted(cluster.brokers), seed, quiet=quiet, length=length, settle=settle)
+    bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())      # all of them, alive or not
+    history = run(bootstrap, topic, duration, nemesis.seed, nemesis=nemesis, settle=settle, rate=rate)
+    path = history.dump(tmp_path / "history.jsonl")
+    report = check(history)
+    print(report.summary(examples=5))
+    print(f"seed {nemesis.seed}; faults {[(s.kind, s.target, s.length) for s in nemesis.done]}; history {path}")
+    assert report.stats.get("faults", 0) >= 1, "the nemesis applied no fault"
+    assert report.stats.get("sends_ok", 0) > 0, "nothing was acknowledged"
+    assert report.stats["partitions_complete"] == partitions, "a final read did not reach the high watermark"
+    assert report.ok, f"seed {nemesis.seed}: {report.summary(examples=10)}\nhistory saved in {path}"
+    return report
