@@ -247,9 +247,9 @@ class RemoteWalManager:
                                                    c[4]) for c in up.chunks])
             data = b"".join(parts)
             up.size = len(data)
-            store = self.stores.local
             started = time.monotonic()
             try:
+                store = self.stores.local          # opening it may fail too: that is a failed upload, not a dead task
                 await asyncio.wait_for(store.put(object_key(self.node_id, up.upload_id), data), self.upload_timeout)
                 up.ok = True
                 up.created = time.time()
@@ -366,12 +366,12 @@ class RemoteWalManager:
     async def _delete_earlier_incarnations(self) -> None:
         """Objects this broker uploaded before it last started: nobody is handed pointers to them any more (a
         restarted broker leads at a new epoch), so they go once the retention time has passed."""
-        store = self.stores.local
         pending = True
         while pending:
             pending = False
             cutoff = time.time() - self.retention
             try:
+                store = self.stores.local
                 async for info in store.list(f"wal/{self.node_id}/"):
                     upload_id = int(info.key.rsplit("/", 1)[1], 16)
                     if upload_id >= self._started_id:

@@ -11,8 +11,8 @@ Why it looks the way it does:
 - A write can fail after it landed (`after_write`): the caller gets a 5xx or a timeout although the object is
   there, as when S3's answer is lost. For conditional writes that is the case consensus code must survive.
 - Reads cut mid-body raise (aiohttp reports the short body, s3.py retries it); `short_rate` instead returns fewer
-  bytes than asked, which s3.py passes up when a server sends a complete but short 206 (it does not compare
-  Content-Range with the request), so callers' length checks get exercised too.
+  bytes than asked, as any store below a caller might (s3.py itself now checks a 206 against Content-Range and
+  retries), so callers' own length checks get exercised too.
 - The n-th operation of a kind draws from its own random stream (seed, kind, n) and draws the same numbers
   whatever the settings, so a seed gives the same faults however operations of different kinds interleave, and
   adding latency does not move which calls fail.

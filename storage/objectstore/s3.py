@@ -8,6 +8,13 @@ Why it looks the way it does:
   5xx, throttling, timeouts and connection errors, up to `max_attempts` in total, then
   ObjectStoreError(retriable=True). An outage therefore surfaces in bounded time instead of hanging, and the
   caller (copy task, fetch path) decides whether to back off further.
+- Every request waits for its answer at most connect_timeout + read_timeout: botocore's read_timeout does not
+  cover a PUT's wait for `100 Continue` (it sends `Expect: 100-continue`), so an endpoint that accepts the
+  connection and never answers would hang a write forever. Past the deadline the attempt fails with botocore's
+  read timeout and is retried like one. A GET's body streams on after the answer, each read under read_timeout,
+  so a large object is not cut by the deadline; a PUT's body goes out within it.
+- A ranged GET's answer is checked against the range asked for: a 206 shorter than the range and not ended by the
+  object's end (Content-Range's total) is a truncated answer, retried like a cut body, never passed up as data.
 - Conditional writes use If-None-Match: * and If-Match: "<etag>" (PutObject and CompleteMultipartUpload). A
   conditional write retried after an ambiguous failure (timeout: did the first attempt land?) may be refused by
   its own earlier success; we then HEAD the key and treat an ETag equal to the one our bytes produce as success.
@@ -25,6 +32,7 @@ import logging
 import math
 import os
 import random
+import re
 from datetime import datetime, timezone
 from typing import AsyncIterator, Awaitable, Callable
 
@@ -78,6 +86,7 @@ class S3ObjectStore:
         self.retry_base_delay = retry_base_delay
         self.retry_max_delay = retry_max_delay
         self.list_page_size = list_page_size
+        self.request_timeout = connect_timeout + read_timeout
         # Custom endpoints (MinIO, moto, IPs) rarely have wildcard DNS for virtual-hosted buckets.
         self._config = AioConfig(
             connect_timeout=connect_timeout, read_timeout=read_timeout, max_pool_connections=max_concurrency,
@@ -121,19 +130,21 @@ class S3ObjectStore:
 
         async def fn(c):
             try:
-                resp = await c.get_object(**kwargs)
+                resp = await self._answer(c.get_object(**kwargs))
             except bce.ClientError as e:
                 if _code(e) == "InvalidRange":  # start at or past the end: an empty slice, like bytes[start:end]
                     return b""
                 raise
             async with resp["Body"] as body:  # read inside the semaphore and the retry loop
-                return await body.read()
+                data = await body.read()
+            return _ranged(data, resp.get("ContentRange"), start, end) if "Range" in kwargs else data
         return await self._call(f"get {key!r}", fn)
 
     async def head(self, key: str) -> ObjectInfo | None:
         full = self.prefix + validate_key(key)
         try:
-            r = await self._call(f"head {key!r}", lambda c: c.head_object(Bucket=self.bucket, Key=full))
+            r = await self._call(f"head {key!r}", lambda c: self._answer(
+                c.head_object(Bucket=self.bucket, Key=full)))
         except ObjectNotFound:
             return None
         return ObjectInfo(key, r["ContentLength"], r["ETag"].strip('"'), _utc(r["LastModified"]))
@@ -141,14 +152,15 @@ class S3ObjectStore:
     async def delete(self, key: str) -> None:
         full = self.prefix + validate_key(key)
         try:  # S3 answers 204 for a missing key; tolerate servers that say 404
-            await self._call(f"delete {key!r}", lambda c: c.delete_object(Bucket=self.bucket, Key=full))
+            await self._call(f"delete {key!r}", lambda c: self._answer(c.delete_object(Bucket=self.bucket, Key=full)))
         except ObjectNotFound:
             pass
 
     async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         kwargs = {"Bucket": self.bucket, "Prefix": self.prefix + prefix, "MaxKeys": self.list_page_size}
         while True:
-            page = await self._call(f"list {prefix!r}", lambda c, kw=dict(kwargs): c.list_objects_v2(**kw))
+            page = await self._call(f"list {prefix!r}",
+                                    lambda c, kw=dict(kwargs): self._answer(c.list_objects_v2(**kw)))
             for o in page.get("Contents", ()):
                 yield ObjectInfo(o["Key"][len(self.prefix):], o["Size"], o["ETag"].strip('"'), _utc(o["LastModified"]))
             if not page.get("IsTruncated"):
@@ -200,6 +212,15 @@ class S3ObjectStore:
             log.debug("%s failed (%s); retry %d in %.3fs", what, err, attempt, delay)
             await asyncio.sleep(delay)
 
+    async def _answer(self, request: Awaitable):
+        """`request` (one botocore call) within the per-attempt deadline (see the module docstring), past which it
+        fails as botocore's read timeout does, so `_call` retries it and a conditional write gets its recheck."""
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                return await request
+        except TimeoutError:
+            raise bce.ReadTimeoutError(endpoint_url=self.endpoint_url or f"s3://{self.bucket}") from None
+
     def _recheck(self, key: str, etag: str):
         async def check() -> str | None:
             try:
@@ -218,7 +239,7 @@ class S3ObjectStore:
         kwargs = {"Bucket": self.bucket, "Key": self.prefix + key, "Body": body, **conditions}
 
         async def fn(c):
-            return (await c.put_object(**kwargs))["ETag"].strip('"')
+            return (await self._answer(c.put_object(**kwargs)))["ETag"].strip('"')
         return await self._call(f"put {key!r}", fn, self._recheck(key, expected) if conditions else None)
 
     async def _put_multipart(self, key: str, view: memoryview, conditions: dict) -> str:
@@ -226,14 +247,14 @@ class S3ObjectStore:
         part_size = max(self.part_size, math.ceil(len(view) / MAX_PARTS))
         bounds = [(i, min(i + part_size, len(view))) for i in range(0, len(view), part_size)]
         created = await self._call(f"create multipart {key!r}",
-                                   lambda c: c.create_multipart_upload(Bucket=self.bucket, Key=full))
+                                   lambda c: self._answer(c.create_multipart_upload(Bucket=self.bucket, Key=full)))
         upload_id = created["UploadId"]
         etags: list[str] = [""] * len(bounds)
 
         async def upload(n: int, lo: int, hi: int) -> None:
             # bytes() copies inside the semaphore, so at most max_concurrency parts are copied at a time
-            resp = await self._call(f"upload part {n} of {key!r}", lambda c: c.upload_part(
-                Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=n, Body=bytes(view[lo:hi])))
+            resp = await self._call(f"upload part {n} of {key!r}", lambda c: self._answer(c.upload_part(
+                Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=n, Body=bytes(view[lo:hi]))))
             etags[n - 1] = resp["ETag"].strip('"')
 
         try:
@@ -248,8 +269,8 @@ class S3ObjectStore:
             parts = {"Parts": [{"ETag": f'"{e}"', "PartNumber": n} for n, e in enumerate(etags, 1)]}
 
             async def complete(c):
-                r = await c.complete_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id,
-                                                      MultipartUpload=parts, **conditions)
+                r = await self._answer(c.complete_multipart_upload(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload=parts, **conditions))
                 return r["ETag"].strip('"')
             return await self._call(f"complete multipart {key!r}", complete, self._recheck(key, expected))
         except BaseException:
@@ -258,8 +279,8 @@ class S3ObjectStore:
 
     async def _abort(self, key: str, full: str, upload_id: str) -> None:
         try:  # best effort; a bucket lifecycle rule for incomplete uploads is the backstop (docs/object-store.md)
-            await self._call(f"abort multipart {key!r}", lambda c: c.abort_multipart_upload(
-                Bucket=self.bucket, Key=full, UploadId=upload_id))
+            await self._call(f"abort multipart {key!r}", lambda c: self._answer(c.abort_multipart_upload(
+                Bucket=self.bucket, Key=full, UploadId=upload_id)))
         except ObjectStoreError as e:
             if not isinstance(e, ObjectNotFound):  # NoSuchUpload: it completed or was already aborted
                 log.warning("could not abort multipart upload %s of %s: %s", upload_id, key, e)
@@ -267,6 +288,25 @@ class S3ObjectStore:
 
 def _utc(t: datetime) -> datetime:
     return t.astimezone(timezone.utc)
+
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+def _ranged(data: bytes, content_range: str | None, start: int, end: int | None) -> bytes:
+    """The answer to a ranged GET as [start, end) of the object. S3 ends a range at the object's end (the total in
+    Content-Range says where), so only a body shorter than that is truncated: raised as an incomplete read, which
+    `_call` retries like a cut body. A server that ignored the Range header sent the whole object (200, no
+    Content-Range)."""
+    if not content_range:
+        return data[start:end]
+    m = _CONTENT_RANGE.fullmatch(content_range.strip())
+    first, last = (int(m[1]), int(m[2])) if m else (-1, -1)
+    size = last + 1 if not m or m[3] == "*" else int(m[3])
+    need = max(0, (size if end is None else min(end, size)) - start)
+    if first != start or len(data) < need:
+        raise bce.IncompleteReadError(actual_bytes=len(data), expected_bytes=need)
+    return data[:need]
 
 
 def _code(e: bce.ClientError) -> str:

@@ -264,6 +264,7 @@ class RemoteLogReader:
         return self._indexes.get((md.tip, md.segment_id.id), load)
 
     def _chunk(self, md: RemoteLogSegmentMetadata, i: int):
+        # the RSM refuses a short answer (retriable), so a truncated GET fails this read and is not cached
         cs = self.chunk_size
         return self._chunks.get((md.tip, md.segment_id.id, i),
                                 lambda: self.rsm.fetch_log_segment(md, i * cs,

@@ -17,6 +17,12 @@ Segment reads from a local-filesystem store map the object file (read-only mmap,
 memoryview slices instead of copying through `ObjectStore.get` in a worker thread: objects are immutable once
 published (a segment id is never rewritten) and a mapping outlives the file's deletion. Everything else, and every
 read from S3, goes through the ObjectStore interface.
+
+Reads are checked for length before anyone caches or parses them: a GET that answers with fewer bytes than the
+object holds (a truncated response) raises a retriable RemoteStorageException instead of returning short data. A
+segment range is checked against the segment size in its metadata; an index against its object's size (a HEAD
+sent with the GET: the metadata holds no index sizes), since a short transaction index would hide aborted
+transactions from read_committed consumers.
 """
 from __future__ import annotations
 
@@ -130,14 +136,20 @@ class RemoteStorageManager:
         """Bytes [start, end) of the segment's .log object (end exclusive; None = to the end)."""
         key = segment_key_prefix(md) + LOG_SUFFIX
         if self._root is not None:
-            return self._mapped(key, start, end)
-        try:
-            data = await self.store.get(key, start, end)
-            self.segment_gets += 1
-            self.segment_get_bytes += len(data)
-            return data
-        except (ObjectStoreError, OSError) as e:
-            raise _wrap(e, f"fetching {md.segment_id} [{start}, {end})") from e
+            data = self._mapped(key, start, end)
+        else:
+            try:
+                data = await self.store.get(key, start, end)
+                self.segment_gets += 1
+                self.segment_get_bytes += len(data)
+            except (ObjectStoreError, OSError) as e:
+                raise _wrap(e, f"fetching {md.segment_id} [{start}, {end})") from e
+        size = md.segment_size_in_bytes
+        need = max(0, (size if end is None else min(end, size)) - start)
+        if len(data) < need:
+            raise RemoteStorageException(f"fetching {md.segment_id} [{start}, {end}): got {len(data)} of {need} "
+                                         f"bytes (a truncated read)", retriable=True)
+        return data
 
     def _mapped(self, key: str, start: int, end: int | None) -> memoryview:
         if getattr(self.store, "_closed", False):
@@ -173,10 +185,19 @@ class RemoteStorageManager:
             _close_map(mm)
 
     async def fetch_index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        try:
-            return await self.store.get(segment_key_prefix(md) + index_type.value)
-        except (ObjectStoreError, OSError) as e:
-            raise _wrap(e, f"fetching {index_type.name} index of {md.segment_id}") from e
+        """The whole index object, checked against its size (HEAD and GET concurrently: no added latency)."""
+        key = segment_key_prefix(md) + index_type.value
+        what = f"fetching {index_type.name} index of {md.segment_id}"
+        data, info = await asyncio.gather(self.store.get(key), self.store.head(key), return_exceptions=True)
+        for r in (data, info):
+            if isinstance(r, (ObjectStoreError, OSError)):
+                raise _wrap(r, what) from r
+            if isinstance(r, BaseException):
+                raise r
+        if info is None or len(data) != info.size:    # truncated, or replaced meanwhile (ids are never reused)
+            raise RemoteStorageException(f"{what}: got {len(data)} of {info.size if info else '?'} bytes (a "
+                                         f"truncated read)", retriable=True)
+        return data
 
     async def delete_log_segment_data(self, md: RemoteLogSegmentMetadata) -> None:
         """Delete every object of the segment; objects that are already gone are fine (idempotent)."""
