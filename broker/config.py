@@ -27,12 +27,13 @@ BROKER_DEFAULTS: dict[str, str] = {
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",
     "socket.request.max.bytes": str(100 * 1024 * 1024),
-    # Connection and request-memory limits (broker/socket_limits.py). Kafka's defaults, except that Kafka leaves
-    # queued.max.request.bytes unbounded (-1): Strata bounds it at socket.request.max.bytes' default
+    # Connection and request-memory limits (broker/socket_limits.py), Kafka's defaults. queued.max.request.bytes
+    # stays unbounded until a frame is charged as its bytes arrive: charged at its declared size, one client that
+    # announces 100 MiB and stalls would stop every connection's reading, follower fetches and heartbeats included
     "max.connections": "2147483647",
     "max.connections.per.ip": "2147483647",
     "max.connections.per.ip.overrides": "",
-    "queued.max.request.bytes": str(100 * 1024 * 1024),
+    "queued.max.request.bytes": "-1",
     "log.retention.check.interval.ms": "300000",
     "max.incremental.fetch.session.cache.slots": "1000",
     "max.request.partition.size.limit": "2000",

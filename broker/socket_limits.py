@@ -92,6 +92,9 @@ class ConnectionQuotas:
         self.listener_max = {n: int(listener_setting(config, n, "max.connections")) for n in names}
         self.listener_counts = {n: 0 for n in names}
         self.protected = listeners.inter_broker if len(names) > 1 else None   # Kafka: listenerCounts.size > 1
+        # A listener of controller.listener.names of its own is outside these limits altogether: Kafka serves it
+        # from the controller's SocketServer, so clients filling max.connections never delay a heartbeat
+        self.exempt = {listeners.controller} - {listeners.inter_broker} if len(names) > 1 else set()
         self.limited = (self.max_connections < INT_MAX or self.per_ip < INT_MAX or bool(self.per_ip_overrides)
                         or any(n < INT_MAX for n in self.listener_max.values()))
         self.counts: dict[str, int] = {}

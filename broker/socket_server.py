@@ -81,7 +81,8 @@ class KafkaConnection(asyncio.Protocol):
         listener = self.listener
         if listener is None:
             return
-        if self.quota_ip is None:           # accepted by the loop's own server (no limit set): only counted
+        if self.quota_ip is None and listener.name not in self.broker.quotas.exempt:
+            # accepted by the loop's own server (no limit set, or the controller's own listener): only counted
             self.quota_ip = _ip_of(self.peer)
             self.broker.quotas.inc(listener.name, self.quota_ip)
         if listener.ssl and not listener.sasl:      # on SASL_SSL the principal comes from SASL, as in Kafka
@@ -420,7 +421,7 @@ async def listen(broker, listener, ssl_context=None, backlog: int = 1024):
     """Start accepting on a listener; returns what stop() closes. With a connection limit set, an Acceptor; without,
     the event loop's own server (uvloop's accept loop in C: a connection costs ~60 us less CPU than through
     sock_accept and connect_accepted_socket), whose connections KafkaConnection counts for the metrics."""
-    if broker.quotas.limited:
+    if broker.quotas.limited and listener.name not in broker.quotas.exempt:
         acceptor = Acceptor(broker, listener, ssl_context, backlog)
         acceptor.start()
         return acceptor
@@ -523,7 +524,10 @@ def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
     socks: list[socket.socket] = []
     try:
         for family, type_, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, type_, proto)
+            try:
+                sock = socket.socket(family, type_, proto)
+            except OSError:                 # a family the kernel lacks (ipv6.disable=1): skipped, as asyncio does
+                continue
             socks.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
@@ -531,6 +535,8 @@ def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
             sock.bind(address)
             sock.listen(backlog)
             sock.setblocking(False)
+        if not socks:
+            raise OSError(f"no address family of {host or '*'}:{port} can be listened on")
     except OSError:
         for sock in socks:
             sock.close()

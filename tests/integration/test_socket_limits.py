@@ -187,6 +187,24 @@ def test_inter_broker_listener_is_exempt_and_closes_the_least_recently_used(star
         c.close()
 
 
+def test_the_controller_listener_is_outside_the_connection_limits(start_broker):
+    """Kafka serves controller.listener.names from the controller's own SocketServer: clients filling
+    max.connections (or an address at max.connections.per.ip) never hold back a broker's heartbeat there."""
+    internal, controller = free_port(), free_port()
+    b = start_broker({"max.connections": "1", "max.connections.per.ip": "1", "inter.broker.listener.name": "INTERNAL",
+                      "controller.listener.names": "CONTROLLER",
+                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"},
+                     listeners=lambda port: f"PLAINTEXT://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal},"
+                                            f"CONTROLLER://127.0.0.1:{controller}")
+    client = RawClient(b.bootstrap)
+    assert served(client)
+    heartbeats = [RawClient(f"127.0.0.1:{controller}") for _ in range(3)]
+    assert all(served(c, timeout=5) for c in heartbeats), "the controller listener waited for a connection slot"
+    assert served(client), "and it took no slot from the clients"
+    for c in (client, *heartbeats):
+        c.close()
+
+
 def test_listener_max_connections_override(start_broker):
     other = free_port()
     b = start_broker({"listener.name.other.max.connections": "1",

@@ -104,8 +104,8 @@ class GroupCoordinator(GroupOffsetsAndAdmin, TxnOffsetsMixin):
     # -- lifecycle ---------------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Call from the running event loop (Broker.start, after ReplicaManager.startup): creates __consumer_offsets
-        if needed, starts loading it, and schedules the offset-retention check."""
-        self._active = True
+        if needed, starts loading it, and schedules the offset-retention check. Active only at the end: should a
+        step fail, the coordinator must not answer from memory that knows no partition."""
         if self.store is not None:
             self.store.ensure_topic()
             partitions = set(range(self.store.num_partitions))
@@ -114,6 +114,7 @@ class GroupCoordinator(GroupOffsetsAndAdmin, TxnOffsetsMixin):
                 partitions = set(self._leading)
             self._loading = partitions
             self._load_task = self._loop().create_task(gms.load_groups(self, sorted(partitions)))
+        self._active = True
         self._schedule_cleanup()
 
     def _leads(self, p: int) -> bool:
