@@ -57,15 +57,28 @@ class BrokerProcess:
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + timeout
+        waiting = self.listener_ports()
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.5):
+                    waiting.pop(0)
+                if not waiting:
                     return self
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.log_text()[-3000:]}")
+
+    def listener_ports(self) -> list[int]:
+        """Every port of `listeners` (the broker opens them one after another): start() returns once all listen."""
+        ports = []
+        for listener in self.overrides.get("listeners", "").split(","):
+            try:
+                ports.append(int(listener.rsplit(":", 1)[1]))
+            except (IndexError, ValueError):
+                pass
+        return ports or [self.port]
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
