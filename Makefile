@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 CONFIG ?= deploy/server.properties
 
-.PHONY: run cluster test test-slow bench clean kcat kafka-jars librdkafka-suite
+.PHONY: run cluster test test-slow fuzz bench clean kcat kafka-jars librdkafka-suite
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,14 @@ test: $(VENV)/.test-installed kcat kafka-jars
 
 test-slow: $(VENV)/.test-installed kcat kafka-jars
 	$(PY) -m pytest -q -rs -m slow tests
+
+# Coverage-guided fuzzing of the request decoders and the record-batch parser, longer than the slow suite's run;
+# a crash leaves its input in .cache/fuzz/. FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 600
+fuzz: $(VENV)/.test-installed
+	mkdir -p .cache/fuzz
+	for t in requests batches; do STRATA_FUZZ_CORPUS=.cache/fuzz/$$t $(PY) tests/fuzz/fuzz_parsers.py $$t \
+	  -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -artifact_prefix=.cache/fuzz/ || exit 1; done
 
 bench: $(VENV)/.test-installed kafka-jars
 	$(PY) bench/produce_fetch.py

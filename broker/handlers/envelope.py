@@ -35,10 +35,15 @@ def serialize_principal(principal: str) -> bytes:
 
 
 def deserialize_principal(data: bytes) -> str:
+    """Raises MalformedRequest for anything but a DefaultPrincipalData v0 (kio's own errors included), which the
+    handler answers PRINCIPAL_DESERIALIZATION_FAILURE, as Kafka's EnvelopeUtils.parseForwardedPrincipal."""
     from kio.schema.default_principal_data.v0 import DefaultPrincipalData
     if len(data) < 2 or _VERSION.unpack_from(data, 0)[0] != 0:
         raise MalformedRequest("envelope principal is not DefaultPrincipalData v0")
-    entity, _ = kio_codec._reader(DefaultPrincipalData)(memoryview(bytes(data)).toreadonly(), 2)
+    try:
+        entity, _ = kio_codec._reader(DefaultPrincipalData)(memoryview(bytes(data)).toreadonly(), 2)
+    except Exception as e:      # kio raises several unrelated types (see kio_codec.decode_request)
+        raise MalformedRequest(f"envelope principal: {type(e).__name__}: {e}") from None
     return f"{entity.type_}:{entity.name}"
 
 
@@ -88,8 +93,11 @@ async def handle(broker, req):
         host = "/" + str(ipaddress.ip_address(address))
     except ValueError:
         return reply(ErrorCode.invalid_request)
-    inner = Request(api_key, version, corr, client_id, frame, pos, flexible, host,
-                    deserialize_principal(body.request_principal or b""), req.listener)
+    try:
+        principal = deserialize_principal(body.request_principal or b"")
+    except MalformedRequest:
+        return reply(ErrorCode.principal_deserialization_failure)
+    inner = Request(api_key, version, corr, client_id, frame, pos, flexible, host, principal, req.listener)
     result = handler.handle(broker, inner)
     if inspect.isawaitable(result):
         result = await result

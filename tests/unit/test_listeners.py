@@ -77,3 +77,13 @@ def test_envelope_principal_round_trip():
     assert data[:2] == b"\0\0"
     assert deserialize_principal(data) == "User:alice"
     assert deserialize_principal(serialize_principal("User:CN=a,O=b")) == "User:CN=a,O=b"
+
+
+def test_a_malformed_envelope_principal_is_a_malformed_request():
+    """Found by the atheris fuzzer: a principal whose name is a null compact string raised kio's UnexpectedNull, which
+    the broker logged as an internal error; the Envelope handler answers PRINCIPAL_DESERIALIZATION_FAILURE instead."""
+    from broker.handlers.envelope import deserialize_principal
+    from protocol.wire import MalformedRequest
+    for data in (b"\0\0\x05User\x00\x00\x00", b"\0\0\x05User", b"\0\0", b"\0\x01\x05User\x06alice\x00\x00", b""):
+        with pytest.raises(MalformedRequest):
+            deserialize_principal(data)
