@@ -16,13 +16,24 @@ DECODABLE = (0, 4)
 FINALIZED_FEATURES_EPOCH = 1     # the levels are fixed by configuration, so they never change while clients run
 
 
+_ANSWERS: dict[tuple, bytes] = {}     # every client asks on every connection; the answer changes only with these keys
+
+
 def handle(broker, req):
+    key = (id(broker.handlers), req.api_version, broker.transactions.transaction_version)
+    answer = _ANSWERS.get(key)
+    if answer is None:
+        answer = _ANSWERS[key] = _answer(broker, req.api_version)
+    return answer
+
+
+def _answer(broker, version: int) -> bytes:
     keys = [{"api_key": k, "min_version": m.VERSIONS[0], "max_version": m.VERSIONS[1]}
             for k, m in sorted(broker.handlers.items())
             if not getattr(m, "CONTROLLER_ONLY", False) and getattr(m, "ADVERTISED", True)]
     # the one feature clients act on: `transaction.version` (KIP-890 part 2; Kafka's TransactionVersion 0-2)
     level = broker.transactions.transaction_version
-    return kio_codec.encode_response(API_KEY, req.api_version, {
+    return kio_codec.encode_response(API_KEY, version, {
         "error_code": 0, "api_keys": keys, "throttle_time": 0,
         "supported_features": [{"name": "transaction.version", "min_version": 0, "max_version": 2}],
         "finalized_features_epoch": FINALIZED_FEATURES_EPOCH,

@@ -143,7 +143,7 @@ def _mutate(rng: random.Random, frame: bytes) -> bytes:
         elif kind == 4:
             del b[i:]
         else:
-            b += bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+            b += rng.randbytes(rng.randint(1, 16))
     return bytes(b)
 
 
@@ -205,3 +205,112 @@ def _replay_mutated(b, frames: list[bytes], topic_name: str, proxy_port: int) ->
     c.close()
     assert got[0].value() == b"mutations"
     print(f"{sent} mutated requests from {len(frames)} recorded in {time.monotonic() - t0:.1f}s")
+
+
+# ---- the slow suite's run: a million mutated frames against one live broker --------------------------------------
+FLOOD_FRAMES = int(os.environ.get("STRATA_MUTATION_FRAMES", "1000000"))
+FLOOD_CONNECTIONS = 24
+HEALTH_EVERY = 50_000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_million_mutated_frames_on_a_live_broker(make_broker, topic_name, tmp_path):
+    """Issue 26's fuzzer: frames recorded from real clients, mutated with a seed, sent 1,000,000 times over
+    FLOOD_CONNECTIONS connections (each frame waits for its answer, a close, or 50 ms), with a health check every
+    HEALTH_EVERY frames (ApiVersions and Metadata on a new connection, an acks=all produce, the log free of internal
+    errors). At the end: no internal error logged, no failed health check, and the broker's log bounded by the
+    rate-limited warnings. A failure saves each connection's last frames to tmp_path for replay."""
+    proxy_port = free_port()
+    b = make_broker({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}",
+                     "group.initial.rebalance.delay.ms": "0"})
+    proxy = RecordingProxy(("127.0.0.1", b.port), proxy_port)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        _workload(f"127.0.0.1:{proxy_port}", topic_name)
+        with proxy.lock:
+            frames = [f for f in proxy.frames if len(f) >= 10]
+        health = producer(f"127.0.0.1:{proxy_port}", acks="all")
+        checks = []
+
+        def check(n_sent: int) -> None:
+            t0 = time.monotonic()
+            from tests.integration.rawclient import RawClient
+            with RawClient(b.bootstrap) as rc:
+                rc.request(18, 3, {"client_software_name": "health", "client_software_version": "1"})
+                rc.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                   "include_topic_authorized_operations": False})
+            produce_all(health, topic_name, [(b"health", str(n_sent).encode())], partition=0)
+            bad = _internal_errors(b.log_text())
+            assert b.alive() and not bad, f"after {n_sent} frames (seed {SEED}):\n" + "\n".join(bad[:20])
+            checks.append(time.monotonic() - t0)
+
+        t0 = time.monotonic()
+        import uvloop
+        sent, closed, timed_out = uvloop.run(_flood(b.port, frames, FLOOD_FRAMES, check, tmp_path))
+        elapsed = time.monotonic() - t0
+        check(sent)
+        lines = b.log_text().count("\n")
+        print(f"{sent} mutated frames from {len(frames)} recorded (seed {SEED}) in {elapsed:.0f}s "
+              f"({sent / elapsed:.0f}/s): {closed} closed by the broker, {timed_out} unanswered within 50 ms; "
+              f"{len(checks)} health checks passed, slowest {max(checks):.2f}s; broker log {lines} lines")
+        assert sent >= FLOOD_FRAMES
+        # the warnings of closed connections are rate-limited (20, then 10 a minute): a flood cannot fill the disk
+        assert lines < 20_000 + elapsed / 60 * 2_000, f"the broker logged {lines} lines for {sent} frames"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def _internal_errors(log: str) -> list[str]:
+    return [line for line in log.splitlines()
+            if "Traceback" in line or "internal error" in line or re.search(r"request from .* failed", line)]
+
+
+async def _flood(port: int, frames: list[bytes], total: int, check, save_dir) -> tuple[int, int, int]:
+    """Send `total` mutated frames; each connection waits for a frame's answer (or the close, or 50 ms) before the
+    next, so every frame counted was read by the broker. Returns (sent, closed by the broker, unanswered)."""
+    import asyncio
+    import collections
+    counts = {"sent": 0, "closed": 0, "timed_out": 0}
+    next_check = [HEALTH_EVERY]
+    recent: dict[int, collections.deque] = {}
+
+    async def worker(wid: int) -> None:
+        rng = random.Random(SEED * 1000 + wid)
+        last = recent[wid] = collections.deque(maxlen=200)
+        reader = writer = None
+        while counts["sent"] < total:
+            if writer is None:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            data = _mutate(rng, frames[rng.randrange(len(frames))])
+            last.append(data)
+            writer.write(I32.pack(len(data)) + data)
+            counts["sent"] += 1
+            try:
+                size = await asyncio.wait_for(reader.readexactly(4), 0.05)
+                await asyncio.wait_for(reader.readexactly(I32.unpack(size)[0]), 5)
+                continue
+            except asyncio.IncompleteReadError:
+                counts["closed"] += 1
+            except (asyncio.TimeoutError, ConnectionError):
+                counts["timed_out"] += 1
+            writer.close()
+            writer = None
+        if writer is not None:
+            writer.close()
+
+    async def checker() -> None:
+        while counts["sent"] < total:
+            await asyncio.sleep(0.2)
+            if counts["sent"] >= next_check[0]:
+                next_check[0] += HEALTH_EVERY
+                await asyncio.to_thread(check, counts["sent"])
+
+    try:
+        await asyncio.gather(checker(), *(worker(i) for i in range(FLOOD_CONNECTIONS)))
+    except BaseException:
+        for wid, last in recent.items():
+            (save_dir / f"frames-{wid}.bin").write_bytes(b"".join(I32.pack(len(d)) + d for d in last))
+        raise
+    return counts["sent"], counts["closed"], counts["timed_out"]
