@@ -285,7 +285,7 @@ class MetadataImage:
                                          a.operation, a.permission_type) for i, a in self.acls.items()]
         out += [UserScramCredentialRecord(name, mech, c.salt, c.stored_key, c.server_key, c.iterations)
                 for (name, mech), c in sorted(self.scram_credentials.items())]
-        out += [ClientQuotaRecord([list(e) for e in entity], k, v) for entity, values in self.client_quotas.items()
+        out += [ClientQuotaRecord(list(entity), k, v) for entity, values in self.client_quotas.items()
                 for k, v in sorted(values.items())]
         if self.next_producer_id:
             out.append(ProducerIdsRecord(-1, self.next_producer_id))

@@ -117,13 +117,13 @@ def alter_quotas(alterations: list[QuotaAlteration], validate_only: bool = False
             for key, value in changes.items():
                 if value is None:
                     if key in current:
-                        mine.append(ClientQuotaRecord([list(p) for p in entity], key, remove=True))
+                        mine.append(ClientQuotaRecord(list(entity), key, remove=True))
                     continue
                 refused = check_key_value(keys, key, value)
                 if refused is not None:
                     break
                 if current.get(key) != value:
-                    mine.append(ClientQuotaRecord([list(p) for p in entity], key, float(value)))
+                    mine.append(ClientQuotaRecord(list(entity), key, float(value)))
             if refused is not None:
                 results[entity] = refused
                 continue

@@ -22,6 +22,7 @@ class Request:
     client_host: str | None = None   # "/ip" as Kafka shows it in DescribeGroups
     principal: str = "User:ANONYMOUS"  # the authenticated principal (SASL or TLS), Kafka's KafkaPrincipal string
     listener: str = ""                 # the name of the listener the request came in on
+    throttle_ms: int = 0               # set by a handler over a client quota: the connection is muted this long
 
     def readonly(self) -> memoryview:
         """kio's native reader rejects writable buffers."""

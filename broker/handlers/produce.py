@@ -217,11 +217,24 @@ def _produce(broker, req, parsed, verified: dict | None = None, denied: dict | N
             traffic.messages_in += messages
     if acks == 0:
         _count_errors(broker, out_topics, acks_zero=True)
+        if broker.topics.image.client_quotas and not internal_allowed:
+            _throttle(broker, req)       # no response, but the connection is muted all the same (as Kafka)
         return None
     if delayed:
-        return _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms, req.listener)
+        return _delayed_produce(broker, req, out_topics, delayed, timeout_ms, internal_allowed)
     _count_errors(broker, out_topics)
-    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, req.listener))
+    throttle = _throttle(broker, req) if broker.topics.image.client_quotas and not internal_allowed else 0
+    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, req.listener),
+                           throttle)
+
+
+def _throttle(broker, req) -> int:
+    """producer_byte_rate (broker/quotas.py): record the request's size, as Kafka's KafkaApis does when it answers,
+    and the throttle time, which the connection also mutes for. Other brokers' writes are never throttled."""
+    ms = broker.client_quotas.produce.record(broker.topics.image.client_quotas, req.principal, req.client_id,
+                                             len(req.frame))
+    req.throttle_ms = max(req.throttle_ms, ms)
+    return ms
 
 
 def _count_errors(broker, out_topics, acks_zero: bool = False) -> None:
@@ -239,7 +252,7 @@ def _count_errors(broker, out_topics, acks_zero: bool = False) -> None:
     broker.request_errors.add(API_KEY, 0 if acks_zero else n - (sum(errors.values()) if errors else 0), errors)
 
 
-async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms: int, listener: str = ""):
+async def _delayed_produce(broker, req, out_topics, delayed, timeout_ms: int, internal: bool = False):
     """Kafka's DelayedProduce: answer acks=all when the high watermark passes every batch, REQUEST_TIMED_OUT for
     one that it did not pass within the request's timeout, NOT_LEADER_OR_FOLLOWER when leadership moved, and
     NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile."""
@@ -250,7 +263,9 @@ async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeo
             index, _, base_offset, append_time, log_start, _, record_errors = out_topics[ti][1][pi]
             out_topics[ti][1][pi] = (index, err, base_offset, append_time, log_start, None, record_errors)
     _count_errors(broker, out_topics)
-    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, listener))
+    version, flexible, listener = req.api_version, req.flexible, req.listener
+    throttle = _throttle(broker, req) if broker.topics.image.client_quotas and not internal else 0
+    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, listener), throttle)
 
 
 def _leaders(broker, version: int, topics, listener: str = ""):
@@ -324,7 +339,7 @@ _PART_V9 = struct.Struct(">ihqqq")     # index, error, base offset, log append t
 _OK_TAIL_FLEX = b"\x01\x00\x00"          # no record errors, null error message, no tagged fields (v9+)
 
 
-def encode_response(version: int, flexible: bool, topics, leaders=None) -> list[bytes]:
+def encode_response(version: int, flexible: bool, topics, leaders=None, throttle_ms: int = 0) -> list[bytes]:
     current, endpoints = leaders or ({}, ())
     out = [array_len(len(topics), flexible)]
     fast = flexible and version >= 9      # what librdkafka and the Java client send: one pack per successful partition
@@ -351,7 +366,7 @@ def encode_response(version: int, flexible: bool, topics, leaders=None) -> list[
         if flexible:
             out.append(b"\x00")
     if version >= 1:
-        out.append(I32.pack(0))  # throttle_time_ms
+        out.append(I32.pack(min(throttle_ms, 2**31 - 1)))  # throttle_time_ms
     if flexible:
         out.append(tagged_fields({0: node_endpoints(endpoints)}) if endpoints else b"\x00")
     return [b"".join(out)]       # one chunk: a response for 1,000 partitions was thousands of tiny writes
