@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from metadata.quota_control import CLIENT_ID, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, USER
+from metadata.quota_control import CLIENT_ID, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, USER
 
 INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000     # Kafka's ClientQuotaManager.InactiveSensorExpirationTimeSeconds
 
@@ -86,10 +86,12 @@ def user_of(principal: str) -> str:
 
 
 class ClientQuotaManager:
-    """One quota type (producer_byte_rate or consumer_byte_rate): resolution of a client's quota and its sensors."""
+    """One quota type (producer_byte_rate, consumer_byte_rate or request_percentage): resolution of a client's quota
+    and its sensors. `max_throttle_ms` bounds the throttle time (Kafka bounds only the request quota's, to a window)."""
 
-    def __init__(self, key: str, samples: int = 11, window_seconds: int = 1):
+    def __init__(self, key: str, samples: int = 11, window_seconds: int = 1, max_throttle_ms: int | None = None):
         self.key = key
+        self.max_throttle_ms = max_throttle_ms
         self.samples, self.window_ms = samples, window_seconds * 1000
         self.sensors: dict[tuple[str, str], Rate] = {}      # metric tags (user, client-id) -> rate
         self._quotas = None                                 # the image's client_quotas the cache was built from
@@ -166,7 +168,8 @@ class ClientQuotaManager:
         now = now_ms() if now is None else now
         rate = self._sensor(tags, now)
         rate.record(value, now)
-        return throttle_time(rate, bound, now)
+        ms = throttle_time(rate, bound, now)
+        return ms if self.max_throttle_ms is None else min(ms, self.max_throttle_ms)
 
     def unrecord(self, quotas, principal: str, client_id: str | None, value: float, now: int | None = None) -> None:
         """Kafka's unrecordQuotaSensor: a throttled fetch answers no data, so its bytes do not count."""
@@ -183,11 +186,18 @@ class ClientQuotaManager:
 
 class ClientQuotas:
     """The broker's client quota managers (Kafka's QuotaFactory), sized by quota.window.num and
-    quota.window.size.seconds."""
+    quota.window.size.seconds. The request quota is charged the time a Produce or consumer Fetch spent being handled
+    (not waiting for replication or data), in Kafka's unit: percent of one thread over the window
+    (ClientRequestQuotaManager's nanosToPercentage); its throttle is at most one window, as in Kafka."""
 
     def __init__(self, samples: int = 11, window_seconds: int = 1):
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, samples, window_seconds)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples, window_seconds)
+        self.request = ClientQuotaManager(REQUEST_PERCENTAGE, samples, window_seconds, window_seconds * 1000)
+
+    def record_request_time(self, quotas, req, seconds: float) -> int:
+        """request_percentage: `seconds` of handling, as percent-seconds; the throttle time in ms."""
+        return self.request.record(quotas, req.principal, req.client_id, seconds * 100)
 
     @classmethod
     def from_config(cls, config) -> "ClientQuotas":

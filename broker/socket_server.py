@@ -306,9 +306,9 @@ class KafkaConnection(asyncio.Protocol):
             client_id = None
         if flexible:
             pos = skip_tagged_fields(frame, pos)
-        req = Request(api_key, version, corr, client_id, frame, pos, flexible, self.client_host, self.principal,
-                      self.listener.name if self.listener is not None else "")
         started = time.perf_counter()
+        req = Request(api_key, version, corr, client_id, frame, pos, flexible, self.client_host, self.principal,
+                      self.listener.name if self.listener is not None else "", 0, started)
         if handler.__dict__.get("FORWARDED_TO_CONTROLLER") and not self.broker.controller.active:
             result = forward(self.broker, req)      # admin requests go to the active controller as they came
         else:

@@ -167,7 +167,10 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
+        waited = time.perf_counter()
         await broker.replicas.wait_for_data(parts, remaining)
+        if req is not None:
+            req.busy_since += time.perf_counter() - waited     # waiting is not handling (request_percentage)
         _resolve(broker, wanted, by_id, leader_only, readable)  # a topic may be gone, or leadership moved, meanwhile
         results, total = _read_all(wanted, max_bytes, read_committed=read_committed)
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener,
@@ -180,7 +183,10 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
     still running then yields no records and no error (the client fetches the same offset again and gets the
     read's result), a failed one UNKNOWN_SERVER_ERROR (what Kafka maps a RemoteStorageException to)."""
     remote = [w for w in wanted if w.remote is not None]
+    waited = time.perf_counter()
     await asyncio.wait({w.remote for w in remote}, timeout=remote[0].part.remote_fetch_max_wait)
+    if req is not None:
+        req.busy_since += time.perf_counter() - waited
     for i, w in enumerate(wanted):
         task = w.remote
         if task is None:
@@ -388,11 +394,13 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
 
 
 def _throttle(broker, req, size: int) -> int:
-    """consumer_byte_rate (broker/quotas.py): record the response's size as Kafka's KafkaApis does; over the quota,
-    unrecord it (the answer will be empty) and mute the connection for the throttle time."""
+    """consumer_byte_rate and request_percentage (broker/quotas.py): record the response's size and the handling
+    time as Kafka's KafkaApis does; throttled by either, unrecord the size (the answer will be empty) and mute the
+    connection for the longer throttle time."""
     quotas = broker.topics.image.client_quotas
     manager = broker.client_quotas.fetch
-    ms = manager.record(quotas, req.principal, req.client_id, size)
+    request_ms = broker.client_quotas.record_request_time(quotas, req, time.perf_counter() - req.busy_since)
+    ms = max(manager.record(quotas, req.principal, req.client_id, size), request_ms)
     if ms:
         manager.unrecord(quotas, req.principal, req.client_id, size)
         req.throttle_ms = max(req.throttle_ms, ms)

@@ -215,24 +215,29 @@ def _produce(broker, req, parsed, verified: dict | None = None, denied: dict | N
             traffic = broker.traffic.topic(name)
             traffic.bytes_in += appended
             traffic.messages_in += messages
+    # client quotas: the time handling took so far (not the wait for replication), when any quota is set
+    busy = time.perf_counter() - req.busy_since if broker.topics.image.client_quotas and not internal_allowed \
+        else None
     if acks == 0:
         _count_errors(broker, out_topics, acks_zero=True)
-        if broker.topics.image.client_quotas and not internal_allowed:
-            _throttle(broker, req)       # no response, but the connection is muted all the same (as Kafka)
+        if busy is not None:
+            _throttle(broker, req, busy)      # no response, but the connection is muted all the same (as Kafka)
         return None
     if delayed:
-        return _delayed_produce(broker, req, out_topics, delayed, timeout_ms, internal_allowed)
+        return _delayed_produce(broker, req, out_topics, delayed, timeout_ms, busy)
     _count_errors(broker, out_topics)
-    throttle = _throttle(broker, req) if broker.topics.image.client_quotas and not internal_allowed else 0
+    throttle = _throttle(broker, req, busy) if busy is not None else 0
     return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, req.listener),
                            throttle)
 
 
-def _throttle(broker, req) -> int:
-    """producer_byte_rate (broker/quotas.py): record the request's size, as Kafka's KafkaApis does when it answers,
-    and the throttle time, which the connection also mutes for. Other brokers' writes are never throttled."""
-    ms = broker.client_quotas.produce.record(broker.topics.image.client_quotas, req.principal, req.client_id,
-                                             len(req.frame))
+def _throttle(broker, req, busy: float) -> int:
+    """producer_byte_rate and request_percentage (broker/quotas.py): record the request's size and handling time, as
+    Kafka's KafkaApis does when it answers; the longer throttle time, which the connection also mutes for. Other
+    brokers' writes are never throttled."""
+    quotas, managers = broker.topics.image.client_quotas, broker.client_quotas
+    ms = max(managers.produce.record(quotas, req.principal, req.client_id, len(req.frame)),
+             managers.record_request_time(quotas, req, busy))
     req.throttle_ms = max(req.throttle_ms, ms)
     return ms
 
@@ -252,7 +257,7 @@ def _count_errors(broker, out_topics, acks_zero: bool = False) -> None:
     broker.request_errors.add(API_KEY, 0 if acks_zero else n - (sum(errors.values()) if errors else 0), errors)
 
 
-async def _delayed_produce(broker, req, out_topics, delayed, timeout_ms: int, internal: bool = False):
+async def _delayed_produce(broker, req, out_topics, delayed, timeout_ms: int, busy: float | None = None):
     """Kafka's DelayedProduce: answer acks=all when the high watermark passes every batch, REQUEST_TIMED_OUT for
     one that it did not pass within the request's timeout, NOT_LEADER_OR_FOLLOWER when leadership moved, and
     NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile."""
@@ -264,7 +269,7 @@ async def _delayed_produce(broker, req, out_topics, delayed, timeout_ms: int, in
             out_topics[ti][1][pi] = (index, err, base_offset, append_time, log_start, None, record_errors)
     _count_errors(broker, out_topics)
     version, flexible, listener = req.api_version, req.flexible, req.listener
-    throttle = _throttle(broker, req) if broker.topics.image.client_quotas and not internal else 0
+    throttle = _throttle(broker, req, busy) if busy is not None and broker.topics.image.client_quotas else 0
     return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, listener), throttle)
 
 

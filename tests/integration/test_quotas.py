@@ -108,6 +108,19 @@ def test_producer_and_consumer_are_held_to_their_quotas(make_broker, topic_name)
     assert again > 5 * QUOTA, f"after removal still at {again / 1024:.0f} KiB/s"
 
 
+def test_request_percentage_throttles_for_at_most_a_window(make_broker, topic_name):
+    """request_percentage: a client given almost no handling time is throttled, each time for at most one window
+    (quota.window.size.seconds), as Kafka bounds the request quota; another client id is not."""
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "busy", "--add-config",
+                "request_percentage=0.01")
+    assert r.returncode == 0, r.stderr
+    _, throttles = produce_for(b, topic_name, "busy", 2.0)
+    assert throttles and 0 < max(throttles) <= 1.0, throttles
+    _, others = produce_for(b, topic_name, "idle", 1.0)
+    assert not others
+
+
 def test_bad_quota_alterations_get_kafka_errors(make_broker):
     b = make_broker()
     cases = [

@@ -226,3 +226,17 @@ def test_no_quota_means_no_sensor():
     assert manager.max_value_in_window(q, "User:ANONYMOUS", "fast") is None
     assert not manager.sensors
     assert manager.record(q, "User:ANONYMOUS", "slow", 10**6) > 0
+
+
+def test_request_quota_is_bounded_by_a_window():
+    """ClientRequestQuotaManager: percent of one thread; its throttle time is at most quota.window.size.seconds."""
+    from types import SimpleNamespace
+
+    from broker.quotas import ClientQuotas
+    image, _, _ = alter(MetadataImage(), QuotaAlteration([("client-id", "busy")], [("request_percentage", 1.0)]))
+    managers = ClientQuotas(11, 2)
+    busy = SimpleNamespace(principal="User:ANONYMOUS", client_id="busy")
+    assert managers.record_request_time(image.client_quotas, busy, 0.05) == 0        # 5 %-s over 10 s: 0.5 %
+    assert managers.record_request_time(image.client_quotas, busy, 10.0) == 2000     # unbounded: ~900 s
+    other = SimpleNamespace(principal="User:ANONYMOUS", client_id="other")
+    assert managers.record_request_time(image.client_quotas, other, 10.0) == 0
