@@ -77,10 +77,11 @@ def check_key_value(keys: dict[str, str], key: str, value: float) -> tuple[int, 
     kind = keys.get(key)
     if kind is None:
         return ErrorCode.invalid_request, f"Invalid configuration key {key}"
-    if not value > 0.0:                  # NaN is refused too (Kafka's `value <= 0.0` lets it through to the double)
+    if not value > 0.0:
+        # NaN too: Kafka's `value <= 0.0` lets it through, and a NaN bound would break every throttle computation
         return ErrorCode.invalid_request, f"Quota {key} must be greater than 0"
     if kind == "DOUBLE":
-        return None if math.isfinite(value) else (ErrorCode.invalid_request, f"Quota {key} must be finite")
+        return None                      # Infinity included, as in Kafka: no limit
     limit, name = _MAX[kind]
     if value > limit:
         return ErrorCode.invalid_request, f"Proposed value for {key} is too large for {name}."

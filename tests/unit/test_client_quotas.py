@@ -73,6 +73,12 @@ def test_refusals_carry_kafkas_messages(entity, ops, message):
     assert records == [] and answer[0][1:] == (INVALID, message)
 
 
+def test_infinite_double_quota_is_accepted_and_never_throttles():
+    image, _, answer = alter(MetadataImage(), client("x", request_percentage=math.inf))
+    assert answer[0][1] == 0
+    assert ClientQuotaManager("request_percentage").record(image.client_quotas, "User:u", "x", 1e12) == 0
+
+
 def test_refused_entity_leaves_the_others():
     image, _, answer = alter(MetadataImage(), client("ok", producer_byte_rate=5.0),
                              client("bad", producer_byte_rate=5.0, bogus=1.0))
