@@ -246,3 +246,13 @@ def test_request_quota_is_bounded_by_a_window():
     assert managers.record_request_time(image.client_quotas, busy, 10.0) == 2000     # unbounded: ~900 s
     other = SimpleNamespace(principal="User:ANONYMOUS", client_id="other")
     assert managers.record_request_time(image.client_quotas, other, 10.0) == 0
+
+
+def test_window_configs_have_kafkas_defaults_and_bounds():
+    from broker.config import BrokerConfig
+    from broker.quotas import ClientQuotas
+    managers = ClientQuotas.from_config(BrokerConfig.load(None))
+    assert (managers.produce.samples, managers.produce.window_ms) == (11, 1000)
+    for bad in ("quota.window.num=0", "quota.window.size.seconds=x"):
+        with pytest.raises(ValueError, match=bad.split("=")[0]):
+            BrokerConfig.load(None, [bad])
