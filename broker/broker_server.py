@@ -13,6 +13,7 @@ from broker.security.authorizer import load_authorizer
 from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import load_handlers
 from broker.socket_limits import ConnectionQuotas, RequestMemoryPool, SocketLimitsCollector
+from broker.quotas import ClientQuotas
 from broker.socket_server import KafkaConnection, listen
 from broker.metadata_publisher import MetadataPublisher
 from broker.topic_admin import create_through_controller, place, topic_records
@@ -149,6 +150,7 @@ class Broker:
         # max.connections* and queued.max.request.bytes (broker/socket_limits.py, docs/configuration.md)
         self.quotas = ConnectionQuotas(config, self.security.listeners)
         self.memory_pool = RequestMemoryPool(config.get_int("queued.max.request.bytes"))
+        self.client_quotas = ClientQuotas.from_config(config)     # producer/consumer byte rates (broker/quotas.py)
         self.metrics_registry.register(SocketLimitsCollector(self.quotas, self.memory_pool))
         self.connections: set[KafkaConnection] = set()
         self._servers: list = []             # per listener: an Acceptor, or the loop's server when no limit is set

@@ -34,6 +34,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "max.connections.per.ip": "2147483647",
     "max.connections.per.ip.overrides": "",
     "queued.max.request.bytes": "-1",
+    # client quotas (broker/quotas.py): the samples of the rate a client's quota is measured by, Kafka's QuotaConfig
+    "quota.window.num": "11",
+    "quota.window.size.seconds": "1",
     "log.retention.check.interval.ms": "300000",
     "max.incremental.fetch.session.cache.slots": "1000",
     "max.request.partition.size.limit": "2000",
@@ -185,6 +188,12 @@ class BrokerConfig:
                 cfg.get_int(key)
             except ValueError:
                 raise ValueError(f"{key}={cfg.get(key)!r} is not an integer") from None
+        for key in ("quota.window.num", "quota.window.size.seconds"):     # Kafka: INT, atLeast(1)
+            try:
+                if cfg.get_int(key) < 1:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"{key}={cfg.get(key)!r} must be an integer of at least 1") from None
         return cfg
 
     def get(self, key: str) -> str:

@@ -46,7 +46,8 @@ def _flexible(api_key: int, version: int) -> bool:
 
 class KafkaConnection(asyncio.Protocol):
     __slots__ = ("broker", "transport", "size_buf", "frame", "filled", "queue", "peer", "client_host", "paused", "closed",
-                 "corked", "listener", "auth", "principal", "last_active", "quota_ip", "frame_charge", "held", "pool")
+                 "corked", "listener", "auth", "principal", "last_active", "quota_ip", "frame_charge", "held", "pool",
+                 "throttle_timer")
 
     def __init__(self, broker, listener=None, quota_ip: str | None = None):
         self.broker = broker
@@ -66,6 +67,7 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = False
         self.peer = None
         self.corked: list | None = None     # replies made while a read is being handled, written once at its end
+        self.throttle_timer: asyncio.TimerHandle | None = None   # muted over a client quota until it fires
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -97,6 +99,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        if self.throttle_timer is not None:
+            self.throttle_timer.cancel()
+            self.throttle_timer = None
         self.broker.connections.discard(self)
         self.release_quota()
         if self.frame_charge:               # a frame cut short by the close
@@ -121,9 +126,28 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _resume(self) -> None:
-        if self.paused and not self.closed and len(self.queue) < MAX_IN_FLIGHT and self.held is None:
+        if self.paused and not self.closed and len(self.queue) < MAX_IN_FLIGHT and self.held is None and \
+                self.throttle_timer is None:
             self.paused = False
             self.transport.resume_reading()
+
+    def _throttle(self, ms: int) -> None:
+        """KIP-219, as Kafka's SocketServer mutes a throttled channel: the response has gone out with
+        throttle_time_ms; read nothing more from this client for that long (requests it had already sent, in the
+        same read or in flight, are still answered). A longer throttle replaces a shorter one."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + ms / 1000
+        timer = self.throttle_timer
+        if self.closed or (timer is not None and timer.when() >= end):
+            return
+        if timer is not None:
+            timer.cancel()
+        self.throttle_timer = loop.call_at(end, self._end_throttle)
+        self._pause()
+
+    def _end_throttle(self) -> None:
+        self.throttle_timer = None
+        self._resume()
 
     def close_quietly(self, reason: str) -> None:
         """A routine close (an idle connection): logged at debug, as Kafka's Selector does."""
@@ -282,9 +306,9 @@ class KafkaConnection(asyncio.Protocol):
             client_id = None
         if flexible:
             pos = skip_tagged_fields(frame, pos)
-        req = Request(api_key, version, corr, client_id, frame, pos, flexible, self.client_host, self.principal,
-                      self.listener.name if self.listener is not None else "")
         started = time.perf_counter()
+        req = Request(api_key, version, corr, client_id, frame, pos, flexible, self.client_host, self.principal,
+                      self.listener.name if self.listener is not None else "", 0, started)
         if handler.__dict__.get("FORWARDED_TO_CONTROLLER") and not self.broker.controller.active:
             result = forward(self.broker, req)      # admin requests go to the active controller as they came
         else:
@@ -295,7 +319,7 @@ class KafkaConnection(asyncio.Protocol):
             slot = [False, corr, flex_header, None]
             self.queue.append(slot)
             task = asyncio.ensure_future(result)
-            task.add_done_callback(functools.partial(self._completed, slot, api_key, started))
+            task.add_done_callback(functools.partial(self._completed, slot, api_key, started, req))
             if len(self.queue) >= MAX_IN_FLIGHT:
                 self._pause()
             return
@@ -306,6 +330,8 @@ class KafkaConnection(asyncio.Protocol):
             self.queue.append([True, corr, flex_header, result])
         elif result is not None:
             self._reply(corr, flex_header, result)
+        if req.throttle_ms > 0:
+            self._throttle(req.throttle_ms)
 
     # ---- SASL (broker/security/sasl_authenticator.py) ---------------------------------------------------------------
     def _authenticating(self, auth: SaslAuthenticator, frame: bytearray) -> bool:
@@ -375,7 +401,7 @@ class KafkaConnection(asyncio.Protocol):
         else:
             self.transport.write(data)
 
-    def _completed(self, slot: list, api_key: int, started: float, task: asyncio.Task) -> None:
+    def _completed(self, slot: list, api_key: int, started: float, req: Request, task: asyncio.Task) -> None:
         if task.cancelled():
             return
         self.broker.request_times.observe(api_key, time.perf_counter() - started)
@@ -396,6 +422,8 @@ class KafkaConnection(asyncio.Protocol):
             _, corr, flex_header, body = queue.popleft()
             if body is not None:
                 self._reply(corr, flex_header, body)
+        if req.throttle_ms > 0:
+            self._throttle(req.throttle_ms)
         self._resume()
 
     def _reply(self, corr: int, flex_header: bool, body) -> None:

@@ -1,5 +1,5 @@
 """The metadata image: brokers, topics with ids and configs, partitions with replicas, ISR, leader and leader epoch,
-the producer-id watermark, ACLs and SCRAM credentials, as of some offset of the metadata log (Kafka's MetadataImage).
+the producer-id watermark, ACLs, SCRAM credentials and client quotas, as of some offset of the metadata log (Kafka's MetadataImage).
 
 An image never changes: `apply(records)` returns a new one, sharing what the records did not touch, so a handler
 holding an image sees one consistent state while the controller moves on. Topic objects keep the read API the
@@ -16,7 +16,8 @@ from typing import Iterable
 from metadata.acls import StandardAcl
 from metadata.records import (BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, AccessControlEntryRecord, BrokerRegistrationChangeRecord, ConfigRecord, LeaderChangeRecord, PartitionRecord, ProducerIdsRecord,
                               RegisterBrokerRecord, RemoveAccessControlEntryRecord, RemoveTopicRecord,
-                              RemoveUserScramCredentialRecord, TopicRecord, UserScramCredentialRecord)
+                              RemoveUserScramCredentialRecord, TopicRecord, UserScramCredentialRecord,
+                              ClientQuotaRecord)
 
 log = logging.getLogger("strata.metadata")
 
@@ -109,6 +110,11 @@ def _broken(strict: bool, why: str) -> None:
     log.warning("metadata replay: %s (applied as written)", why)
 
 
+def quota_entity(pairs) -> tuple[tuple[str, str | None], ...]:
+    """A client quota entity as the image keys it: its (type, name) pairs sorted by type."""
+    return tuple(sorted((t, n) for t, n in pairs))
+
+
 @dataclass(frozen=True)
 class MetadataImage:
     offset: int = -1                                   # last applied record of the metadata log
@@ -125,6 +131,9 @@ class MetadataImage:
     acls: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))     # id -> StandardAcl
     # (user name, mechanism 1 SCRAM-SHA-256 / 2 SCRAM-SHA-512) -> ScramCredentialImage
     scram_credentials: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    # client quotas (Kafka's ClientQuotasImage): entity -> {key: value}, an entity being its ((type, name | None), ...)
+    # sorted by type, None naming the type's default ("<default>" in kafka-configs.sh)
+    client_quotas: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     # ---- reads (the API `broker.topics` offers) -----------------------------------------------------------------
     def topics(self) -> list[TopicImage]:
@@ -150,7 +159,7 @@ class MetadataImage:
         next_pid = self.next_producer_id
         resource_configs = {BROKER_RESOURCE: dict(self.broker_configs), GROUP_RESOURCE: dict(self.group_configs)}
         controller = (self.controller_id, self.controller_epoch)
-        acls, scram = dict(self.acls), dict(self.scram_credentials)
+        acls, scram, quotas = dict(self.acls), dict(self.scram_credentials), dict(self.client_quotas)
         n = 0
         for r in records:
             n += 1
@@ -236,13 +245,24 @@ class MetadataImage:
             elif isinstance(r, RemoveUserScramCredentialRecord):
                 if scram.pop((r.name, r.mechanism), None) is None:
                     raise ValueError(f"removal of unknown SCRAM credential of {r.name!r} (mechanism {r.mechanism})")
+            elif isinstance(r, ClientQuotaRecord):     # Kafka's ClientQuotaControlManager.replay
+                entity = quota_entity(r.entity)
+                values = dict(quotas.get(entity, {}))
+                if r.remove:
+                    values.pop(r.key, None)
+                else:
+                    values[r.key] = float(r.value)
+                if values:
+                    quotas[entity] = MappingProxyType(values)
+                else:
+                    quotas.pop(entity, None)
             else:
                 raise ValueError(f"unknown metadata record {type(r).__name__}")
         return MetadataImage(self.offset + n, MappingProxyType(brokers), MappingProxyType(by_name),
                              MappingProxyType(by_id), next_pid, *controller,
                              MappingProxyType(resource_configs[BROKER_RESOURCE]),
                              MappingProxyType(resource_configs[GROUP_RESOURCE]), MappingProxyType(acls),
-                             MappingProxyType(scram))
+                             MappingProxyType(scram), MappingProxyType(quotas))
 
     def skip(self, n: int) -> "MetadataImage":
         """This image with the offset moved past `n` records that are not applied (a fenced controller's batch)."""
@@ -265,6 +285,8 @@ class MetadataImage:
                                          a.operation, a.permission_type) for i, a in self.acls.items()]
         out += [UserScramCredentialRecord(name, mech, c.salt, c.stored_key, c.server_key, c.iterations)
                 for (name, mech), c in sorted(self.scram_credentials.items())]
+        out += [ClientQuotaRecord(list(entity), k, v) for entity, values in self.client_quotas.items()
+                for k, v in sorted(values.items())]
         if self.next_producer_id:
             out.append(ProducerIdsRecord(-1, self.next_producer_id))
         if self.controller_epoch:

@@ -6,7 +6,7 @@ fenced (the cluster work relies on this; one broker always writes epoch 0).
 """
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import msgspec
 
@@ -102,9 +102,18 @@ class RemoveUserScramCredentialRecord(msgspec.Struct, tag="RemoveUserScramCreden
     mechanism: int
 
 
+class ClientQuotaRecord(msgspec.Struct, tag="ClientQuota"):
+    """One quota of a client entity set or removed (Kafka's ClientQuotaRecord): `entity` is [(entity type "user",
+    "client-id" or "ip", name or None for the type's default)], `value` is ignored when `remove`."""
+    entity: list[tuple[str, Optional[str]]]
+    key: str
+    value: float = 0.0
+    remove: bool = False
+
+
 MetadataRecord = Union[RegisterBrokerRecord, BrokerRegistrationChangeRecord, TopicRecord, PartitionRecord, ConfigRecord, RemoveTopicRecord,
                        ProducerIdsRecord, LeaderChangeRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord,
-                       UserScramCredentialRecord, RemoveUserScramCredentialRecord]
+                       UserScramCredentialRecord, RemoveUserScramCredentialRecord, ClientQuotaRecord]
 
 
 class Envelope(msgspec.Struct, array_like=True):

@@ -1,6 +1,7 @@
 """`strata configs`: Kafka's kafka-configs.sh verbs (--describe, --alter --add-config/--delete-config) for topics,
 brokers (one broker, or --entity-default for the cluster-wide default), groups (KIP-848 group configs) and users'
-SCRAM credentials (KIP-554, salted on the client as Kafka's admin client does), with its options, shortcuts (--topic,
+SCRAM credentials (KIP-554, salted on the client as Kafka's admin client does) and client quotas of users, clients
+and ips (tools/quota_configs.py), with its options, shortcuts (--topic,
 --broker, --broker-defaults, --group, --user) and output."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 from pathlib import Path
 
 from protocol.sasl.scram import salted_password, secure_random_string
+from tools import quota_configs
 from tools.admin_client import AdminClient, AdminError, error_name
 
 TYPES = {"topics": 2, "brokers": 4, "groups": 32}
@@ -27,9 +29,9 @@ def add_parser(sub) -> None:
     verb = p.add_mutually_exclusive_group()
     verb.add_argument("--describe", action="store_true")
     verb.add_argument("--alter", action="store_true")
-    p.add_argument("--entity-type", choices=None, metavar="topics|brokers|groups")
+    p.add_argument("--entity-type", choices=None, metavar="topics|brokers|groups|users|clients|ips")
     p.add_argument("--entity-name")
-    p.add_argument("--entity-default", action="store_true", help="the cluster-wide default (brokers)")
+    p.add_argument("--entity-default", action="store_true", help="the cluster-wide default (brokers), the default user, client-id or ip (quotas)")
     p.add_argument("--topic")
     p.add_argument("--broker")
     p.add_argument("--broker-defaults", action="store_true")
@@ -56,12 +58,12 @@ def _entity(args) -> tuple[str, str | None]:
         if args.entity_type not in KAFKA_TYPES:
             raise AdminError(f"Invalid entity type {args.entity_type}, the entity type must be one of "
                              f"{', '.join(KAFKA_TYPES)}")
-        if args.entity_type not in TYPES and args.entity_type != "users":
+        if args.entity_type not in TYPES and args.entity_type not in quota_configs.ENTITY_TYPES:
             raise AdminError(f"entity type {args.entity_type} is not supported by Strata (topics, brokers, groups, "
-                             f"users)")
+                             f"users, clients, ips)")
         if args.entity_name is not None and args.entity_default:
             raise AdminError("--entity-name and --entity-default cannot be used together")
-        if args.entity_default and args.entity_type != "brokers":
+        if args.entity_default and args.entity_type not in ("brokers", *quota_configs.ENTITY_TYPES):
             raise AdminError(f"--entity-default is not supported for {args.entity_type}")
         return args.entity_type, "" if args.entity_default else args.entity_name
     if len(shortcuts) != 1:
@@ -128,8 +130,12 @@ async def _describe_one(client: AdminClient, etype: str, name: str) -> list:
 
 
 async def _describe(client: AdminClient, etype: str, name: str | None, all_configs: bool, out) -> None:
-    if etype == "users":
-        return await _describe_users(client, name, out)
+    if etype in quota_configs.ENTITY_TYPES:
+        # Kafka's describeClientQuotaAndUserScramCredentialConfigs: the quotas, then a user's SCRAM credentials
+        await quota_configs.describe_and_print(client, etype, name, out)
+        if etype == "users" and name != "":
+            await _describe_users(client, name, out)
+        return
     if name is None:
         md = await client.metadata(None if etype == "topics" else [])
         if etype == "topics":
@@ -166,7 +172,16 @@ async def _alter(client: AdminClient, etype: str, name: str | None, args, out) -
     if not add and not delete:
         raise AdminError("At least one of --add-config, --add-config-file, or --delete-config must be specified "
                          "with --alter")
-    if etype == "users":
+    if etype in quota_configs.ENTITY_TYPES:
+        scram = [k for k in [*add, *delete] if k in SCRAM_MECHANISMS]
+        if etype != "users" or not scram:
+            return await quota_configs.alter(client, etype, name, add, delete, out)
+        if len(scram) < len(add) + len(delete):
+            raise AdminError("Only quota configs can be added for 'users' together with SCRAM credential configs "
+                             "in separate commands")
+        if name == "":
+            raise AdminError("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
+                             "Credentials using --bootstrap-server.")
         return await _alter_users(client, name, add, delete, out)
     if delete:
         current = {c.name for c in await _describe_one(client, etype, name)
@@ -214,8 +229,8 @@ async def _alter_users(client: AdminClient, name: str, add: dict[str, str], dele
     for what, names in (("added", list(add)), ("deleted", delete)):
         unexpected = [k for k in names if k not in SCRAM_MECHANISMS]
         if unexpected:
-            raise AdminError(f"Only SCRAM credential configs can be {what} for 'users' using --bootstrap-server "
-                             f"(Strata has no quotas). Unexpected config names: {', '.join(unexpected)}")
+            raise AdminError(f"Only SCRAM credential configs can be {what} for 'users' using --bootstrap-server. "
+                             f"Unexpected config names: {', '.join(unexpected)}")
     body = {"deletions": [{"name": name, "mechanism": SCRAM_MECHANISMS[k]} for k in delete],
             "upsertions": [scram_upsertion(name, k, v) for k, v in add.items()]}
     resp = await client.send(51, 0, body)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 @dataclass(slots=True)
 class Request:
@@ -22,6 +23,9 @@ class Request:
     client_host: str | None = None   # "/ip" as Kafka shows it in DescribeGroups
     principal: str = "User:ANONYMOUS"  # the authenticated principal (SASL or TLS), Kafka's KafkaPrincipal string
     listener: str = ""                 # the name of the listener the request came in on
+    throttle_ms: int = 0               # set by a handler over a client quota: the connection is muted this long
+    busy_since: float = field(default_factory=time.perf_counter)   # when handling began, moved past waits
+                                                                    # (request_percentage)
 
     def readonly(self) -> memoryview:
         """kio's native reader rejects writable buffers."""

@@ -129,23 +129,31 @@ def handle(broker, req):
     max_wait = body.max_wait.total_seconds()
     min_bytes = body.min_bytes
     max_bytes = body.max_bytes if version >= 3 else 2**31 - 1
+    if broker.topics.image.client_quotas:
+        # Kafka caps a consumer's fetch at what its quota allows in one window, so a fetch never throttles for
+        # longer than a window when nothing was fetched recently
+        window = broker.client_quotas.fetch.max_value_in_window(broker.topics.image.client_quotas, req.principal,
+                                                                req.client_id)
+        if window is not None:
+            max_bytes = min(max_bytes, max(int(window), 0))
     read_committed = getattr(body, "isolation_level", 0) == 1
     sid = session.session_id if session is not None else 0
 
     results, total = _read_all(wanted, max_bytes, read_committed=read_committed)
     if any(w.remote is not None for w in wanted):
         return _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                                   req.listener)
+                                   req.listener, req)
     if max_wait <= 0 or total >= min_bytes or not wanted or \
             any(w.error or w.preferred >= 0 or w.diverging for w in wanted):
         return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                       listener=req.listener)
+                       listener=req.listener, req=req)
     return _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                             max_wait, min_bytes, max_bytes, leader_only, readable, req.listener)
+                             max_wait, min_bytes, max_bytes, leader_only, readable, req.listener, req)
 
 
 async def _wait_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                            max_wait, min_bytes, max_bytes, leader_only, readable=None, listener: str = ""):
+                            max_wait, min_bytes, max_bytes, leader_only, readable=None, listener: str = "",
+                            req=None):
     deadline = time.monotonic() + max_wait
     parts = [w.part for w in wanted if w.part is not None]
     results, total = _read_all(wanted, max_bytes, read_committed=read_committed)   # again: an append before this
@@ -153,25 +161,32 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
     while True:
         if any(w.remote is not None for w in wanted):
             return await _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                                             listener)
+                                             listener, req)
         if total >= min_bytes or any(w.error for w in wanted):
             break
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
+        waited = time.perf_counter()
         await broker.replicas.wait_for_data(parts, remaining)
+        if req is not None:
+            req.busy_since += time.perf_counter() - waited     # waiting is not handling (request_percentage)
         _resolve(broker, wanted, by_id, leader_only, readable)  # a topic may be gone, or leadership moved, meanwhile
         results, total = _read_all(wanted, max_bytes, read_committed=read_committed)
-    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener)
+    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener,
+                   req=req)
 
 
 async def _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
-                              listener: str = ""):
+                              listener: str = "", req=None):
     """Kafka's DelayedRemoteFetch: answer when the remote reads are done or after remote.fetch.max.wait.ms; a read
     still running then yields no records and no error (the client fetches the same offset again and gets the
     read's result), a failed one UNKNOWN_SERVER_ERROR (what Kafka maps a RemoteStorageException to)."""
     remote = [w for w in wanted if w.remote is not None]
+    waited = time.perf_counter()
     await asyncio.wait({w.remote for w in remote}, timeout=remote[0].part.remote_fetch_max_wait)
+    if req is not None:
+        req.busy_since += time.perf_counter() - waited
     for i, w in enumerate(wanted):
         task = w.remote
         if task is None:
@@ -185,7 +200,8 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
             except Exception as e:                      # a remote index that cannot be read: as a failed read
                 log.warning("aborted transactions of %s-%d from the remote tier: %s", w.part.topic, w.index, e)
                 results[i], w.error = ((), 0), UNKNOWN_SERVER_ERROR
-    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener)
+    return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener,
+                   req=req)
 
 
 def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool):
@@ -316,9 +332,21 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, replica: int = -1, now: flo
 
 
 def _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, consumer: bool = True,
-            listener: str = ""):
+            listener: str = "", req=None):
     """Encode the response; count bytes out per topic (consumers only) and the error codes it carries, as Kafka's
-    FetchResponse.errorCounts does: the top-level one and one per partition in the response, NONE included."""
+    FetchResponse.errorCounts does: the top-level one and one per partition in the response, NONE included.
+    A consumer over its consumer_byte_rate gets an empty response with the throttle time instead (Kafka's
+    getThrottledResponse), its bytes unrecorded; the session does not move on, so it fetches the same again."""
+    if req is not None and broker.topics.image.client_quotas:
+        throttle = _throttle(broker, req, sum(size for _, size in results))
+        if throttle:
+            if not incremental and sid:           # Kafka creates a full fetch's session only when it answers data
+                broker.fetch_sessions.remove(sid)
+                sid = 0
+            broker.request_errors.add(API_KEY, 1, None)
+            out = _encode(version, 0, sid, [], by_id)
+            out[0] = I32.pack(min(throttle, 2**31 - 1))
+            return out
     topics: list[tuple[object, list]] = []
     index: dict = {}
     none, errors = 1, None
@@ -363,6 +391,20 @@ def _finish(broker, version, sid, wanted, results, incremental, read_committed, 
         if version >= 12 and any(w.error for w in wanted) else None
     broker.request_errors.add(API_KEY, none, errors)
     return _encode(version, 0, sid, topics, by_id, leaders)
+
+
+def _throttle(broker, req, size: int) -> int:
+    """consumer_byte_rate and request_percentage (broker/quotas.py): record the response's size and the handling
+    time as Kafka's KafkaApis does; throttled by either, unrecord the size (the answer will be empty) and mute the
+    connection for the longer throttle time."""
+    quotas = broker.topics.image.client_quotas
+    manager = broker.client_quotas.fetch
+    request_ms = broker.client_quotas.record_request_time(quotas, req, time.perf_counter() - req.busy_since)
+    ms = max(manager.record(quotas, req.principal, req.client_id, size), request_ms)
+    if ms:
+        manager.unrecord(quotas, req.principal, req.client_id, size)
+        req.throttle_ms = max(req.throttle_ms, ms)
+    return ms
 
 
 def _encode(version: int, error: int, session_id: int, topics, by_id: bool = False, leaders=None):

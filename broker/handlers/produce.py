@@ -215,13 +215,31 @@ def _produce(broker, req, parsed, verified: dict | None = None, denied: dict | N
             traffic = broker.traffic.topic(name)
             traffic.bytes_in += appended
             traffic.messages_in += messages
+    # client quotas: the time handling took so far (not the wait for replication), when any quota is set
+    busy = time.perf_counter() - req.busy_since if broker.topics.image.client_quotas and not internal_allowed \
+        else None
     if acks == 0:
         _count_errors(broker, out_topics, acks_zero=True)
+        if busy is not None:
+            _throttle(broker, req, busy)      # no response, but the connection is muted all the same (as Kafka)
         return None
     if delayed:
-        return _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms, req.listener)
+        return _delayed_produce(broker, req, out_topics, delayed, timeout_ms, busy)
     _count_errors(broker, out_topics)
-    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, req.listener))
+    throttle = _throttle(broker, req, busy) if busy is not None else 0
+    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, req.listener),
+                           throttle)
+
+
+def _throttle(broker, req, busy: float) -> int:
+    """producer_byte_rate and request_percentage (broker/quotas.py): record the request's size and handling time, as
+    Kafka's KafkaApis does when it answers; the longer throttle time, which the connection also mutes for. Other
+    brokers' writes are never throttled."""
+    quotas, managers = broker.topics.image.client_quotas, broker.client_quotas
+    ms = max(managers.produce.record(quotas, req.principal, req.client_id, len(req.frame)),
+             managers.record_request_time(quotas, req, busy))
+    req.throttle_ms = max(req.throttle_ms, ms)
+    return ms
 
 
 def _count_errors(broker, out_topics, acks_zero: bool = False) -> None:
@@ -239,7 +257,7 @@ def _count_errors(broker, out_topics, acks_zero: bool = False) -> None:
     broker.request_errors.add(API_KEY, 0 if acks_zero else n - (sum(errors.values()) if errors else 0), errors)
 
 
-async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeout_ms: int, listener: str = ""):
+async def _delayed_produce(broker, req, out_topics, delayed, timeout_ms: int, busy: float | None = None):
     """Kafka's DelayedProduce: answer acks=all when the high watermark passes every batch, REQUEST_TIMED_OUT for
     one that it did not pass within the request's timeout, NOT_LEADER_OR_FOLLOWER when leadership moved, and
     NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile."""
@@ -250,7 +268,9 @@ async def _delayed_produce(broker, version, flexible, out_topics, delayed, timeo
             index, _, base_offset, append_time, log_start, _, record_errors = out_topics[ti][1][pi]
             out_topics[ti][1][pi] = (index, err, base_offset, append_time, log_start, None, record_errors)
     _count_errors(broker, out_topics)
-    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, listener))
+    version, flexible, listener = req.api_version, req.flexible, req.listener
+    throttle = _throttle(broker, req, busy) if busy is not None and broker.topics.image.client_quotas else 0
+    return encode_response(version, flexible, out_topics, _leaders(broker, version, out_topics, listener), throttle)
 
 
 def _leaders(broker, version: int, topics, listener: str = ""):
@@ -324,7 +344,7 @@ _PART_V9 = struct.Struct(">ihqqq")     # index, error, base offset, log append t
 _OK_TAIL_FLEX = b"\x01\x00\x00"          # no record errors, null error message, no tagged fields (v9+)
 
 
-def encode_response(version: int, flexible: bool, topics, leaders=None) -> list[bytes]:
+def encode_response(version: int, flexible: bool, topics, leaders=None, throttle_ms: int = 0) -> list[bytes]:
     current, endpoints = leaders or ({}, ())
     out = [array_len(len(topics), flexible)]
     fast = flexible and version >= 9      # what librdkafka and the Java client send: one pack per successful partition
@@ -351,7 +371,7 @@ def encode_response(version: int, flexible: bool, topics, leaders=None) -> list[
         if flexible:
             out.append(b"\x00")
     if version >= 1:
-        out.append(I32.pack(0))  # throttle_time_ms
+        out.append(I32.pack(min(throttle_ms, 2**31 - 1)))  # throttle_time_ms
     if flexible:
         out.append(tagged_fields({0: node_endpoints(endpoints)}) if endpoints else b"\x00")
     return [b"".join(out)]       # one chunk: a response for 1,000 partitions was thousands of tiny writes

@@ -78,7 +78,7 @@ def test_configs_bad_arguments(cluster, topic_name):
          "Cannot update these configs dynamically: Set(log.dirs)"),
         (["--alter", "--broker", "1", "--add-config", "log.retention.ms=soon"], 1, "log.retention.ms"),
         (["--alter", "--broker", "1", "--delete-config", "log.retention.ms"], 1, "Invalid config(s): log.retention.ms"),
-        (["--describe", "--entity-type", "clients", "--entity-name", "u"], 1, "not supported by Strata"),
+        (["--describe", "--entity-type", "broker-loggers", "--entity-name", "1"], 1, "not supported by Strata"),
         (["--alter", "--entity-type", "users", "--entity-name", "u", "--add-config", "SCRAM-SHA-1=[password=x]"], 1,
          "SCRAM-SHA-1"),
         (["--describe", "--entity-type", "things", "--entity-name", "u"], 1, "Invalid entity type things"),

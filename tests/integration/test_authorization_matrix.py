@@ -218,6 +218,11 @@ class Env:
         res = r.results[0]
         return int(res.error_code), sorted((i.mechanism, i.iterations) for i in res.credential_infos)
 
+    def client_quota(self, client_id: str) -> tuple:
+        r = self.admin(48, 1, {"components": [{"entity_type": "client-id", "match_type": 0, "match": client_id}],
+                               "strict": True})
+        return int(r.error_code), [(v.key, v.value) for e in r.entries for v in e.values]
+
     def consumer_group(self, group: str) -> tuple:
         r = self.admin(69, 1, {"group_ids": [group], "include_authorized_operations": False})
         g = r.groups[0]
@@ -427,6 +432,12 @@ def _scram_upsert(phase: str) -> dict:
     return {"deletions": [], "upsertions": [{"name": "mx-scram", "mechanism": 1,
                                              "iterations": per_phase(phase, 4096, 8192, 10000),
                                              "salt": b"mx-salt", "salted_password": bytes(32)}]}
+
+
+def _quota_alter(phase: str) -> dict:
+    return {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "mx-quota"}],
+                         "ops": [{"key": "producer_byte_rate", "value": per_phase(phase, 1024.0, 2048.0, 4096.0),
+                                  "remove": False}]}], "validate_only": False}
 
 
 def _cg_heartbeat(env: Env, phase: str) -> dict:
@@ -790,6 +801,9 @@ CASES = [
     Case("AlterUserScramCredentials", 51, 0, lambda env, ph: _scram_upsert(ph),
          [(CLUSTER, KAFKA_CLUSTER, ALTER)], lambda r: int(r.results[0].error_code), CLUSTER_DENIED,
          allowed=0, admin=0, state=lambda env: env.scram("mx-scram"), writes=True),
+    Case("AlterClientQuotas", 49, 1, lambda env, ph: _quota_alter(ph),
+         [(CLUSTER, KAFKA_CLUSTER, ALTER_CONFIGS)], lambda r: int(r.entries[0].error_code), CLUSTER_DENIED,
+         allowed=0, admin=0, state=lambda env: env.client_quota("mx-quota"), writes=True),
 
     # -- between brokers and controller (not advertised to clients; CLUSTER_ACTION)
     Case("BrokerRegistration", 62, 3,

@@ -13,9 +13,7 @@ principal User:alice, whose ACLs (ALL on the topics and groups prefixed `jsec-`)
   along for 8 s across re-authentications.
 - Kafka's own kafka-configs.sh (SCRAM users) and kafka-acls.sh (add, list, remove) over SASL_SSL as User:admin (a
   super user) with --command-config, their output checked against what Apache Kafka 4.1.1 prints for the same
-  commands; what they set is then used by confluent-kafka clients logging in as the new users.
-  `kafka-configs.sh --describe --entity-type users` is expected to fail for now: it asks DescribeClientQuotas first,
-  which Strata does not implement."""
+  commands; what they set is then used by confluent-kafka clients logging in as the new users."""
 from __future__ import annotations
 
 import json

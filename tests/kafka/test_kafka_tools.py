@@ -186,6 +186,46 @@ def test_configs_describe_all_lists_every_kafka_topic_config(sides, topic_name):
     assert names[0] <= names[1]
 
 
+def _sorted_quotas(text: str) -> str:
+    """Kafka keeps an entity's quotas and the entities in hash maps: their order is not part of the output."""
+    lines = []
+    for line in text.splitlines():
+        head, sep, values = line.partition(" are ")
+        lines.append(head + sep + ", ".join(sorted(values.split(", "))) if sep else line)
+    return "\n".join(sorted(lines))
+
+
+def test_configs_of_client_quotas(sides):
+    def steps(side: Side) -> dict:
+        slow = ["--entity-type", "clients", "--entity-name", "q-slow"]
+        users = ["--entity-type", "users", "--entity-default"]
+        return {
+            "add": side.run(CONFIGS, "--alter", *slow, "--add-config",
+                            "producer_byte_rate=1024,consumer_byte_rate=2048"),
+            "describe": side.run(CONFIGS, "--describe", *slow),
+            "user default": side.run(CONFIGS, "--alter", *users, "--add-config", "request_percentage=50.5"),
+            "user default describe": side.run(CONFIGS, "--describe", *users),
+            "delete": side.run(CONFIGS, "--alter", *slow, "--delete-config", "consumer_byte_rate"),
+            "clients": side.run(CONFIGS, "--describe", "--entity-type", "clients"),
+            "delete missing": side.run(CONFIGS, "--alter", *slow, "--delete-config", "consumer_byte_rate"),
+            "unknown key": side.run(CONFIGS, "--alter", *slow, "--add-config", "no_such_rate=1"),
+            "fractional": side.run(CONFIGS, "--alter", *slow, "--add-config", "producer_byte_rate=1.5"),
+            "zero": side.run(CONFIGS, "--alter", *slow, "--add-config", "consumer_byte_rate=0"),
+            "remove all": side.run(CONFIGS, "--alter", *slow, "--delete-config", "producer_byte_rate"),
+            "user default remove": side.run(CONFIGS, "--alter", *users, "--delete-config", "request_percentage"),
+            "none left": side.run(CONFIGS, "--describe", "--entity-type", "clients"),
+        }
+
+    k, s = both(*sides, steps)
+    assert k["add"].out == "Completed updating config for client q-slow.\n"
+    assert _sorted_quotas(k["describe"].out) == \
+        "Quota configs for client-id 'q-slow' are consumer_byte_rate=2048.0, producer_byte_rate=1024.0"
+    assert k["user default describe"].out == \
+        "Quota configs for the default user-principal are request_percentage=50.5\n"
+    assert k["fractional"].rc == 1 and "producer_byte_rate cannot be a fractional value" in k["fractional"].text
+    same(k, s, fix=_sorted_quotas)
+
+
 # ---- kafka-consumer-groups.sh and kafka-console-consumer.sh ------------------------------------------------------
 
 def test_consumer_groups(sides, topic_name):

@@ -1,0 +1,204 @@
+"""Client quota enforcement (Kafka's ClientQuotaManager with its DefaultQuotaCallback): each (user, client-id) is
+measured by a windowed rate, and a request that takes it over its quota is answered with the time the client must
+wait (KIP-219: the response goes out at once with throttle_time_ms, then the connection is muted for that time).
+
+The quotas come from the metadata image (AlterClientQuotas). With none set, `throttle_ms` is never called: the
+handlers test `image.client_quotas` first, so a cluster without quotas pays one attribute read per request.
+"""
+from __future__ import annotations
+
+import time
+
+from metadata.quota_control import CLIENT_ID, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, USER
+
+INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000     # Kafka's ClientQuotaManager.InactiveSensorExpirationTimeSeconds
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class Rate:
+    """Kafka's Rate over a WindowedSum (SampledStat): `samples` samples of `window_ms` each, plus one that may
+    overlap the oldest; the rate is the sum over the retained samples divided by their elapsed time, counted as at
+    least samples-1 full windows so that a new sensor does not see a burst as a huge rate."""
+    __slots__ = ("samples", "window_ms", "slots", "current", "last_ms")
+
+    def __init__(self, samples: int, window_ms: int):
+        self.samples, self.window_ms = samples, window_ms
+        self.slots: list[list] = []                  # [start ms, last event ms, value]
+        self.current = 0
+        self.last_ms = 0
+
+    def record(self, value: float, now: int) -> None:
+        slots = self.slots
+        if not slots:
+            slots.append([now, now, 0.0])
+        s = slots[self.current]
+        if now - s[0] >= self.window_ms:            # Sample.isComplete (no event window for quotas)
+            self.current = (self.current + 1) % (self.samples + 1)
+            if self.current >= len(slots):
+                s = [now, now, 0.0]
+                slots.append(s)
+            else:
+                s = slots[self.current]
+                s[0], s[1], s[2] = now, now, 0.0
+        s[2] += value
+        s[1] = now
+        self.last_ms = now
+
+    def _purge(self, now: int) -> None:
+        expire = self.samples * self.window_ms
+        for s in self.slots:
+            if now - s[1] >= expire:
+                s[0], s[1], s[2] = now, now, 0.0
+
+    def window_size(self, now: int) -> int:
+        """Rate.windowSize: the elapsed time the rate is measured over, in ms."""
+        self._purge(now)
+        if not self.slots:
+            self.slots.append([now, now, 0.0])
+        total = now - min(s[0] for s in self.slots)
+        full = total // self.window_ms
+        if full < self.samples - 1:
+            total += (self.samples - 1 - full) * self.window_ms
+        return max(total, 1)
+
+    def measure(self, now: int) -> float:
+        """Per second."""
+        self._purge(now)
+        value = sum(s[2] for s in self.slots)
+        return value / (self.window_size(now) / 1000)
+
+
+def throttle_time(rate: Rate, bound: float, now: int) -> int:
+    """Kafka's QuotaUtils.throttleTime for a rate measured above `bound`: the delay X that brings the observed rate
+    O back to the bound T over the window W, O*W/(W+X) = T, so X = (O-T)/T*W; 0 within the quota."""
+    observed = rate.measure(now)
+    if observed <= bound:                           # Quota.acceptable (an upper bound)
+        return 0
+    return int(round((observed - bound) / bound * rate.window_size(now)))
+
+
+def user_of(principal: str) -> str:
+    """KafkaPrincipal.getName: "User:alice" -> "alice"."""
+    return principal.split(":", 1)[1] if ":" in principal else principal
+
+
+class ClientQuotaManager:
+    """One quota type (producer_byte_rate, consumer_byte_rate or request_percentage): resolution of a client's quota
+    and its sensors. `max_throttle_ms` bounds the throttle time (Kafka bounds only the request quota's, to a window)."""
+
+    def __init__(self, key: str, samples: int = 11, window_seconds: int = 1, max_throttle_ms: int | None = None):
+        self.key = key
+        self.max_throttle_ms = max_throttle_ms
+        self.samples, self.window_ms = samples, window_seconds * 1000
+        self.sensors: dict[tuple[str, str], Rate] = {}      # metric tags (user, client-id) -> rate
+        self._quotas = None                                 # the image's client_quotas the cache was built from
+        self._resolved: dict[tuple[str, str], tuple[tuple[str, str], float | None]] = {}
+        self._swept = now_ms()
+
+    def _value(self, quotas, user: str | None, client: str | None, *, u: bool, c: bool):
+        """This type's quota of the entity (user or its default if u, client-id or its default if c), or None."""
+        pairs = []
+        if c:
+            pairs.append((CLIENT_ID, client))
+        if u:
+            pairs.append((USER, user))
+        values = quotas.get(tuple(pairs))
+        return None if values is None else values.get(self.key)
+
+    def resolve(self, quotas, user: str, client: str) -> tuple[tuple[str, str], float | None]:
+        """(metric tags, quota bound or None) of a client: DefaultQuotaCallback.quotaMetricTags, in Kafka's order
+        (user+client, user+default client, user, default user+client, default user+default client, default user,
+        client, default client), then quotaLimit for those tags."""
+        def has(user_name, client_name, u=True, c=True):
+            return self._value(quotas, user_name, client_name, u=u, c=c) is not None
+        if has(user, client) or has(user, None):
+            tags = (user, client)
+        elif has(user, None, c=False):
+            tags = (user, "")
+        elif has(None, client) or has(None, None):
+            tags = (user, client)
+        elif has(None, None, c=False):
+            tags = (user, "")
+        else:
+            tags = ("", client)
+        u, c = tags
+        bound = None
+        if u and c:
+            for uu, cc in ((u, c), (u, None), (None, c), (None, None)):
+                bound = self._value(quotas, uu, cc, u=True, c=True)
+                if bound is not None:
+                    break
+        elif u:
+            bound = self._value(quotas, u, None, u=True, c=False)
+            if bound is None:
+                bound = self._value(quotas, None, None, u=True, c=False)
+        elif c:
+            bound = self._value(quotas, None, c, u=False, c=True)
+            if bound is None:
+                bound = self._value(quotas, None, None, u=False, c=True)
+        return tags, bound
+
+    def _lookup(self, quotas, principal: str, client_id: str | None):
+        if quotas is not self._quotas:                # the image changed: resolve again (sensors keep their samples)
+            self._quotas, self._resolved = quotas, {}
+        key = (principal, client_id or "")
+        found = self._resolved.get(key)
+        if found is None:
+            found = self._resolved[key] = self.resolve(quotas, user_of(principal), client_id or "")
+        return found
+
+    def _sensor(self, tags: tuple[str, str], now: int) -> Rate:
+        rate = self.sensors.get(tags)
+        if rate is None:
+            if now - self._swept > 60_000:            # Kafka expires a sensor idle for an hour
+                self._swept = now
+                for t in [t for t, r in self.sensors.items() if now - r.last_ms > INACTIVE_SENSOR_EXPIRATION_MS]:
+                    del self.sensors[t]
+            rate = self.sensors[tags] = Rate(self.samples, self.window_ms)
+        return rate
+
+    def record(self, quotas, principal: str, client_id: str | None, value: float, now: int | None = None) -> int:
+        """Kafka's recordAndGetThrottleTimeMs: record `value` and answer the throttle time in ms (0 within quota)."""
+        tags, bound = self._lookup(quotas, principal, client_id)
+        if bound is None:
+            return 0
+        now = now_ms() if now is None else now
+        rate = self._sensor(tags, now)
+        rate.record(value, now)
+        ms = throttle_time(rate, bound, now)
+        return ms if self.max_throttle_ms is None else min(ms, self.max_throttle_ms)
+
+    def unrecord(self, quotas, principal: str, client_id: str | None, value: float, now: int | None = None) -> None:
+        """Kafka's unrecordQuotaSensor: a throttled fetch answers no data, so its bytes do not count."""
+        tags, bound = self._lookup(quotas, principal, client_id)
+        if bound is not None:
+            now = now_ms() if now is None else now
+            self._sensor(tags, now).record(-value, now)
+
+    def max_value_in_window(self, quotas, principal: str, client_id: str | None) -> float | None:
+        """Kafka's getMaxValueInQuotaWindow: what the client may take in one quota window, None without a quota."""
+        _, bound = self._lookup(quotas, principal, client_id)
+        return None if bound is None else bound * (self.samples - 1) * self.window_ms / 1000
+
+
+class ClientQuotas:
+    """The broker's client quota managers (Kafka's QuotaFactory), sized by quota.window.num and
+    quota.window.size.seconds. The request quota is charged the time a Produce or consumer Fetch spent being handled
+    (not waiting for replication or data), in Kafka's unit: percent of one thread over the window
+    (ClientRequestQuotaManager's nanosToPercentage); its throttle is at most one window, as in Kafka."""
+
+    def __init__(self, samples: int = 11, window_seconds: int = 1):
+        self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, samples, window_seconds)
+        self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples, window_seconds)
+        self.request = ClientQuotaManager(REQUEST_PERCENTAGE, samples, window_seconds, window_seconds * 1000)
+
+    def record_request_time(self, quotas, req, seconds: float) -> int:
+        """request_percentage: `seconds` of handling, as percent-seconds; the throttle time in ms."""
+        return self.request.record(quotas, req.principal, req.client_id, seconds * 100)
+
+    @classmethod
+    def from_config(cls, config) -> "ClientQuotas":
+        return cls(config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds"))

@@ -1,0 +1,146 @@
+"""Client quotas as a Kafka user sees them, on a real broker: `strata configs` sets producer_byte_rate and
+consumer_byte_rate for client-id "slow" (kafka-configs.sh's syntax and output); a confluent-kafka producer with that
+client id is held near its quota and told so (throttle_cb, from throttle_time_ms), while another client id on the same
+broker is not; a consumer with that client id likewise. The broker's quota window is made short (quota.window.num=2)
+so that the first window's allowance does not dominate a few seconds of measurement."""
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from types import SimpleNamespace
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+pytestmark = pytest.mark.integration
+
+QUOTA = 100 * 1024                       # bytes per second
+MESSAGE = b"x" * 1024
+SECONDS = 3.0
+
+
+def configs(b, *args: str) -> SimpleNamespace:
+    """`strata configs ...`, run in this process (a subprocess per call cost a second of imports)."""
+    from tools.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["configs", "--bootstrap-server", b.bootstrap, *args])
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def produce_for(b, topic: str, client_id: str, seconds: float) -> tuple[float, list[float]]:
+    """Produce as fast as the client goes for `seconds`: (bytes per second acknowledged, throttle times seen)."""
+    throttles: list[float] = []
+    acked = [0]
+
+    def delivered(err, msg):
+        if err is None:
+            acked[0] += len(msg.value())
+
+    p = Producer({"bootstrap.servers": b.bootstrap, "client.id": client_id, "linger.ms": 5, "batch.size": 16384,
+                  "max.in.flight.requests.per.connection": 5, "enable.idempotence": False,
+                  "queue.buffering.max.messages": 2000,
+                  "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        try:
+            p.produce(topic, MESSAGE, on_delivery=delivered)
+        except BufferError:
+            p.poll(0.01)
+        p.poll(0)
+    done = acked[0]
+    elapsed = time.monotonic() - start
+    p.purge(in_queue=True, in_flight=False)       # what is left would drain at the quota's pace
+    p.flush(10)
+    return done / elapsed, throttles
+
+
+def consume_for(b, topic: str, client_id: str, seconds: float) -> tuple[float, list[float]]:
+    throttles: list[float] = []
+    c = Consumer({"bootstrap.servers": b.bootstrap, "client.id": client_id, "group.id": f"g-{client_id}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got, start = 0, None
+    try:
+        while start is None or time.monotonic() - start < seconds:
+            m = c.poll(0.1)
+            if m is None or m.error():
+                continue
+            if start is None:
+                start = time.monotonic()       # from the first record: connecting is not the quota's doing
+            got += len(m.value())
+        return got / (time.monotonic() - start), throttles
+    finally:
+        c.close()
+
+
+def test_producer_and_consumer_are_held_to_their_quotas(make_broker, topic_name):
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "slow", "--add-config",
+                f"producer_byte_rate={QUOTA},consumer_byte_rate={QUOTA}")
+    assert (r.returncode, r.stdout) == (0, "Completed updating config for client slow.\n"), r.stderr
+    r = configs(b, "--describe", "--entity-type", "clients", "--entity-name", "slow")
+    assert r.stdout == f"Quota configs for client-id 'slow' are producer_byte_rate={float(QUOTA)}, " \
+                       f"consumer_byte_rate={float(QUOTA)}\n", r.stderr
+
+    fast, fast_throttles = produce_for(b, topic_name, "fast", 1.0)
+    slow, slow_throttles = produce_for(b, topic_name, "slow", SECONDS)
+    assert slow < 2 * QUOTA, f"slow producer at {slow / 1024:.0f} KiB/s"
+    assert slow > QUOTA / 4, f"slow producer starved at {slow / 1024:.0f} KiB/s"
+    assert fast > 5 * QUOTA, f"unthrottled producer only at {fast / 1024:.0f} KiB/s"
+    assert slow_throttles and max(slow_throttles) > 0 and not fast_throttles
+
+    slow_in, slow_in_throttles = consume_for(b, topic_name, "slow", SECONDS)
+    assert slow_in < 2 * QUOTA, f"slow consumer at {slow_in / 1024:.0f} KiB/s"
+    assert slow_in_throttles and max(slow_in_throttles) > 0
+    fast_in, fast_in_throttles = consume_for(b, topic_name, "fast", 1.0)
+    assert fast_in > 5 * QUOTA and not fast_in_throttles, f"unthrottled consumer only at {fast_in / 1024:.0f} KiB/s"
+
+    # removing the quota lifts it
+    r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "slow", "--delete-config",
+                "producer_byte_rate,consumer_byte_rate")
+    assert r.returncode == 0, r.stderr
+    assert configs(b, "--describe", "--entity-type", "clients").stdout == ""
+    time.sleep(2.5)                       # the old samples (2 windows of 1 s) age out
+    again, _ = produce_for(b, topic_name, "slow", 1.0)
+    assert again > 5 * QUOTA, f"after removal still at {again / 1024:.0f} KiB/s"
+
+
+def test_request_percentage_throttles_for_at_most_a_window(make_broker, topic_name):
+    """request_percentage: a client given almost no handling time is throttled, each time for at most one window
+    (quota.window.size.seconds), as Kafka bounds the request quota; another client id is not."""
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "busy", "--add-config",
+                "request_percentage=0.01")
+    assert r.returncode == 0, r.stderr
+    _, throttles = produce_for(b, topic_name, "busy", 2.0)
+    assert throttles and 0 < max(throttles) <= 1.0, throttles
+    _, others = produce_for(b, topic_name, "idle", 1.0)
+    assert not others
+
+
+def test_bad_quota_alterations_get_kafka_errors(make_broker):
+    b = make_broker()
+    cases = [
+        (["--entity-type", "clients", "--entity-name", "c", "--add-config", "producer_byte_rate=1.5"],
+         "producer_byte_rate cannot be a fractional value."),
+        (["--entity-type", "clients", "--entity-name", "c", "--add-config", "bogus=1"],
+         "Invalid configuration key bogus"),
+        (["--entity-type", "users", "--entity-default", "--add-config", "request_percentage=0"],
+         "Quota request_percentage must be greater than 0"),
+        (["--entity-type", "clients", "--entity-name", "c", "--add-config", "producer_byte_rate=fast"],
+         "Cannot parse quota configuration value for producer_byte_rate: fast"),
+        (["--entity-type", "clients", "--entity-name", "c", "--delete-config", "producer_byte_rate"],
+         "Invalid config(s): producer_byte_rate"),
+    ]
+    for args, message in cases:
+        r = configs(b, "--alter", *args)
+        assert r.returncode == 1 and message in r.stderr, (args, r.stderr)
+    r = configs(b, "--alter", "--entity-type", "users", "--entity-default", "--add-config",
+                "request_percentage=12.5,controller_mutation_rate=10")
+    assert (r.returncode, r.stdout) == (0, "Completed updating default config for users in the cluster.\n"), r.stderr
+    r = configs(b, "--describe", "--entity-type", "users", "--entity-default")
+    assert r.stdout == "Quota configs for the default user-principal are request_percentage=12.5, " \
+                       "controller_mutation_rate=10.0\n", r.stderr
