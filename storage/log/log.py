@@ -11,6 +11,7 @@ Everything is synchronous and single-threaded (the broker calls it from its even
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 import shutil
@@ -50,6 +51,31 @@ class UnexpectedAppendOffsetError(Exception):
     """A follower append whose offsets do not continue the log (Kafka's UnexpectedAppendOffsetException)."""
 
 
+class KafkaStorageError(OSError):
+    """The log failed an I/O operation earlier (Kafka's KafkaStorageException): it is offline and every call on it
+    answers this, KAFKA_STORAGE_ERROR, until the broker restarts and recovers it from disk."""
+    error_code = ErrorCode.kafka_storage_error
+
+
+def _io(method):
+    """Kafka's LocalLog.maybeHandleIOException: an OSError (ENOSPC, EIO...) half-way through a write leaves the
+    in-memory state (log end, indexes, producer state) possibly ahead of or behind the file, so the log goes offline
+    at once, reports it through `on_io_error` (the broker's log-dir failure handling), and answers KafkaStorageError
+    from then on: a write that failed is never acknowledged, nor built on, nor read back."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self.failed is not None:
+            raise KafkaStorageError(f"{self.dir.name} is offline after an I/O error: {self.failed}")
+        try:
+            return method(self, *args, **kwargs)
+        except KafkaStorageError:
+            raise
+        except OSError as e:
+            self.fail(e)
+            raise KafkaStorageError(f"{method.__name__} on {self.dir.name} failed: {e}") from e
+    return wrapper
+
+
 class OffsetOutOfRangeError(Exception):
     """A fetch/delete offset outside [log_start_offset, log_end_offset]."""
     error_code = ErrorCode.offset_out_of_range
@@ -71,8 +97,10 @@ class Log:
 
     def __init__(self, dir: Path, config: LogConfig, *, clean_shutdown: bool = False,
                  time_ms: Callable[[], int] = _wall_ms, producer_id_expiration_ms: int = 86_400_000,
-                 remote_log_enabled: bool = False):
+                 remote_log_enabled: bool = False, on_io_error: Callable[[Path, OSError], None] | None = None):
         self.dir = Path(dir)
+        self.failed: OSError | None = None     # the I/O error that took this log offline (see _io)
+        self.on_io_error = on_io_error
         self.config = config
         # Tiered storage (KIP-405): with remote_log_enabled the log start offset covers the remote tier too, local
         # segments are deleted only once copied (highest_offset_in_remote_storage, kept by the RemoteLogManager)
@@ -227,6 +255,7 @@ class Log:
         write_atomically(self.dir / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
         self.leader_epoch_cache.truncate_from_start(offset)
 
+    @_io
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at `offset` (log start beyond the recovered end)."""
         for seg in self._segments:
@@ -238,6 +267,7 @@ class Log:
         self.producer_state.delete_snapshots_after(-1)
         self.producer_state.clear()
 
+    @_io
     def restart_at(self, offset: int, log_start: int | None = None, epochs=(), producer_snapshot=None) -> None:
         """A follower whose log is all below the leader's (local) log start starts over there (Kafka's
         truncateFullyAndStartAt). For a tiered log (KIP-405) the log start can stay lower, `log_start`: the
@@ -261,6 +291,16 @@ class Log:
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment.create(self.dir, base_offset, min(self.config.segment_index_bytes, INT32_MAX),
                                  self.config.index_interval_bytes)
+
+    def fail(self, error: OSError) -> None:
+        """Take the log offline after `error` (also called by the broker for every log of a failed log dir, and by
+        the log cleaner): the first failure is reported through `on_io_error`."""
+        if self.failed is not None:
+            return
+        self.failed = error
+        log.error("%s: offline after an I/O error: %s", self.dir.name, error)
+        if self.on_io_error is not None:
+            self.on_io_error(self.dir, error)
 
     # ---- accessors ---------------------------------------------------------------------------------------
     def update_config(self, config: LogConfig) -> None:
@@ -295,6 +335,7 @@ class Log:
         hi = self.highest_offset_in_remote_storage
         return sum(s.size for s in self._segments if s.base_offset >= hi)
 
+    @_io
     def update_log_start_offset_from_remote_tier(self, offset: int) -> None:
         """Remote retention deleted segments up to offset-1: move the log start (never beyond the high watermark);
         local segments below it go at the next retention pass."""
@@ -313,6 +354,7 @@ class Log:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
     # ---- appends -----------------------------------------------------------------------------------------
+    @_io
     def append_as_leader(self, records, headers: list[BatchHeader], leader_epoch: int,
                          coordinator_origin: bool = False, verification_guard=_UNCHECKED) -> AppendResult:
         """Append validated batches: assign offsets (headers are updated in place too), apply LogAppendTime,
@@ -392,6 +434,7 @@ class Log:
         hw = self.high_watermark
         return hw if first is None or first >= hw else max(first, self.log_start_offset)
 
+    @_io
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                       leader_epoch: int) -> AppendResult:
         """Write a transaction marker as leader (Kafka's appendAsLeader with the coordinator origin): a control batch
@@ -432,6 +475,7 @@ class Log:
                 break
         return out
 
+    @_io
     def append_as_follower(self, records, headers: list[BatchHeader]) -> AppendResult:
         """Append batches as the leader wrote them (offsets, leader epochs and timestamps kept): Kafka's
         UnifiedLog.appendAsFollower. Offsets must not go backwards (a gap is allowed: compacted leaders); producer
@@ -475,6 +519,7 @@ class Log:
             self.flush()
         return AppendResult(first, last_offset, -1, self.log_start_offset)
 
+    @_io
     def truncate_to(self, offset: int) -> bool:
         """Remove everything at and beyond `offset` (a follower's divergent tail, KIP-101/279). Whole batches go;
         segments above it are deleted, indexes, producer state and the leader-epoch cache follow, and the high
@@ -534,6 +579,7 @@ class Log:
         (-1, -1) when unknown."""
         return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
+    @_io
     def roll(self) -> LogSegment:
         """Seal the active segment (fsynced) and start a new one at the log end; snapshot producer state."""
         active = self.active_segment
@@ -549,6 +595,7 @@ class Log:
         return seg
 
     # ---- reads -------------------------------------------------------------------------------------------
+    @_io
     def read(self, fetch_offset: int, max_bytes: int, *, min_one_message: bool = True,
              max_offset: int | None = None) -> list[memoryview]:
         """Whole batches from the one containing fetch_offset, at most max_bytes (unless min_one_message and
@@ -600,6 +647,7 @@ class Log:
         return self.fetch_offset_by_timestamp(best) if best >= 0 else None
 
     # ---- deletion ----------------------------------------------------------------------------------------
+    @_io
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: raise the log start offset (-1 = high watermark); returns the low watermark."""
         if offset == -1:
@@ -623,6 +671,7 @@ class Log:
         return (0 < upper and upper - 1 <= self.highest_offset_in_remote_storage) or \
             (nxt is not None and self.log_start_offset >= nxt.base_offset)
 
+    @_io
     def delete_old_segments(self) -> int:
         """Retention (Kafka's deleteOldSegments): segments below the log start, then, for cleanup.policy
         delete, by retention.ms (largest timestamp) and retention.bytes. Returns how many were deleted.
@@ -694,6 +743,7 @@ class Log:
         return len(doomed)
 
     # ---- compaction (storage/cleaner/) ------------------------------------------------------------------
+    @_io
     def replace_segments(self, old: list[LogSegment], install: Callable[[], LogSegment]) -> bool:
         """Swap `old`, consecutive sealed segments of this log, for the one segment `install()` puts on disk and
         opens (the log cleaner's swap). Runs on the event loop like every mutator. Returns False, doing nothing,
@@ -710,6 +760,7 @@ class Log:
         return True
 
     # ---- durability and lifecycle ------------------------------------------------------------------------
+    @_io
     def flush(self) -> None:
         """fsync the active segment and its indexes (older segments were fsynced when rolled)."""
         self.active_segment.flush()
@@ -717,10 +768,12 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = self._time_ms()
 
+    @_io
     def maybe_flush(self) -> None:
         if self._unflushed_messages and self._time_ms() - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
 
+    @_io
     def close(self) -> None:
         """Seal every segment (active one trimmed to its size and fsynced) and snapshot producer state, so
         that a reopen with clean_shutdown=True scans nothing."""
@@ -731,6 +784,12 @@ class Log:
             seg.close()
         self.leader_epoch_cache.flush()
         self.producer_state.take_snapshot(self.log_end_offset)
+
+    def release(self) -> None:
+        """Drop descriptors and mappings without writing anything (the log's dir failed: nothing more goes to it)."""
+        self._closed = True
+        for seg in self._segments:
+            seg.release()
 
     def delete(self) -> None:
         """Remove the whole partition directory (outstanding read slices stay valid)."""
