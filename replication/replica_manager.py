@@ -114,7 +114,7 @@ class ReplicaManager:
         plog = Log(self.log_dir / f"{t.name}-{p}", cfg, clean_shutdown=clean,
                    remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg), on_io_error=self.log_dir_failed)
         if self.offline_error is not None:
-            plog.fail(self.offline_error)
+            plog.fail(self.offline_error, report=False)
         alter = self.alter_partitions.submit if self.alter_partitions is not None else None
         plog.update_high_watermark(self._checkpointed_hws.get((t.name, p), 0))
         part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm, topic_id=t.topic_id,
@@ -193,7 +193,7 @@ class ReplicaManager:
         for (topic, index), part in list(self.partitions.items()):
             if self.fetchers is not None:
                 self.fetchers.unfollow(topic, index)
-            part.log.fail(error)
+            part.log.fail(error, report=False)
             part.fail_waiters(ErrorCode.kafka_storage_error)
         if self.on_log_dir_offline is not None:
             self.on_log_dir_offline()

@@ -292,15 +292,16 @@ class Log:
         return LogSegment.create(self.dir, base_offset, min(self.config.segment_index_bytes, INT32_MAX),
                                  self.config.index_interval_bytes)
 
-    def fail(self, error: OSError) -> None:
-        """Take the log offline after `error` (also called by the broker for every log of a failed log dir, and by
-        the log cleaner): the first failure is reported through `on_io_error`."""
+    def fail(self, error: OSError, *, report: bool = True) -> None:
+        """Take the log offline after `error` (called by the log cleaner too): the first failure is logged and
+        reported through `on_io_error`; the broker marks the other logs of a failed dir with `report=False`."""
         if self.failed is not None:
             return
         self.failed = error
-        log.error("%s: offline after an I/O error: %s", self.dir.name, error)
-        if self.on_io_error is not None:
-            self.on_io_error(self.dir, error)
+        if report:
+            log.error("%s: offline after an I/O error: %s", self.dir.name, error)
+            if self.on_io_error is not None:
+                self.on_io_error(self.dir, error)
 
     # ---- accessors ---------------------------------------------------------------------------------------
     def update_config(self, config: LogConfig) -> None:

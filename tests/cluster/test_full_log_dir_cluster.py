@@ -54,13 +54,16 @@ def _read_all(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, byte
         c.close()
 
 
-def test_full_log_dir_moves_leadership_and_loses_nothing_acknowledged(cluster_with_small_dir, topic_name):
+@pytest.mark.parametrize("role", ["leader", "follower"])
+def test_full_log_dir_moves_leadership_and_loses_nothing_acknowledged(cluster_with_small_dir, topic_name, role):
+    """Broker 1, whose dir fills, leads the partition or follows it (its append as follower fails then)."""
     cluster, logs = cluster_with_small_dir
     admin = cluster.admin()
-    for f in admin.create_topics([NewTopic(topic_name, num_partitions=1, replica_assignment=[[1, 2, 3]])]).values():
+    replicas = [1, 2, 3] if role == "leader" else [2, 1, 3]
+    for f in admin.create_topics([NewTopic(topic_name, num_partitions=1, replica_assignment=[replicas])]).values():
         f.result(timeout=30)
     cluster.wait_for_isr(topic_name, 3)
-    assert cluster.leader(topic_name) == 1
+    assert cluster.leader(topic_name) == replicas[0]
     acked: dict[int, bytes] = {}
     errors = []
 
@@ -93,6 +96,7 @@ def test_full_log_dir_moves_leadership_and_loses_nothing_acknowledged(cluster_wi
     assert errors == [], errors
     assert len(acked) == 400                       # the producer went on on the new leader
     assert cluster.leader(topic_name) in (2, 3)
+    assert 1 not in cluster.partition(topic_name).isrs
     got = _read_all(cluster.bootstrap, topic_name)
     for offset, value in acked.items():
         assert got.get(offset) == value, f"acknowledged offset {offset} lost or changed"
