@@ -106,3 +106,58 @@ def test_io_error_takes_the_log_offline_and_recovery_keeps_what_was_acknowledged
     assert log.append_as_leader(buf, split_and_validate(buf, 10**8), 4).base_offset == len(got)
     log.close()
     assert values(Log(d, cfg, clean_shutdown=True))[-1].startswith(b"value-0100")
+
+
+# ---- the replica manager: the whole (one) log dir goes offline ------------------------------------------------------
+
+def _replica_manager(tmp_path):
+    import uuid
+    from broker.config import BrokerConfig
+    from metadata.image import MetadataImage
+    from metadata.metadata_cache import MetadataCache
+    from metadata.records import PartitionRecord, RegisterBrokerRecord, TopicRecord
+    from replication.replica_manager import ReplicaManager
+    tid = uuid.UUID(int=0xD15C).hex
+    records = [RegisterBrokerRecord(1, "inc-1", None, [("PLAINTEXT", "localhost", 9091)]), TopicRecord("t", tid),
+               PartitionRecord(tid, 0, [1], [1], 1, 0, 0), PartitionRecord(tid, 1, [1], [1], 1, 0, 0)]
+    rm = ReplicaManager(BrokerConfig({"log.dirs": str(tmp_path / "logs"), "node.id": "1"}),
+                        MetadataCache(MetadataImage().apply(records)))
+    rm.startup()
+    offline = []
+    rm.on_log_dir_offline = lambda: offline.append(rm.offline_error)
+    return rm, offline
+
+
+async def test_a_failed_append_takes_every_partition_of_the_dir_offline(tmp_path, monkeypatch):
+    from replication.replica_manager import CLEAN_SHUTDOWN_FILE
+    rm, offline = _replica_manager(tmp_path)
+    p0, p1 = rm.get("t", 0), rm.get("t", 1)
+    parked = p1.wait_for_high_watermark(5)                 # an acks=all produce waiting on the other partition
+    monkeypatch.setattr(log_segment.os, "posix_fallocate", _enospc)
+    buf = batch(0)
+    with pytest.raises(KafkaStorageError):
+        p0.append_records_to_leader(buf, split_and_validate(buf, 10**8), required_acks=1)
+    monkeypatch.undo()
+    assert len(offline) == 1 and offline[0].errno == errno.ENOSPC
+    assert parked.done() and parked.result() == ErrorCode.kafka_storage_error
+    buf = batch(1)
+    with pytest.raises(KafkaStorageError):                 # the other partition of the dir is offline too
+        p1.append_records_to_leader(buf, split_and_validate(buf, 10**8), required_acks=1)
+    with pytest.raises(KafkaStorageError):
+        p1.read(0, 1 << 20, min_one_message=True)
+    rm.shutdown()                                          # writes nothing to the failed dir, no clean marker
+    assert not (tmp_path / "logs" / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_a_failed_high_watermark_checkpoint_takes_the_dir_offline(tmp_path, monkeypatch):
+    from replication import replica_manager
+    rm, offline = _replica_manager(tmp_path)
+    p0 = rm.get("t", 0)
+    buf = batch(0)
+    p0.append_records_to_leader(buf, split_and_validate(buf, 10**8), required_acks=1)
+    monkeypatch.setattr(replica_manager, "write_offsets", _enospc)
+    rm.checkpoint_high_watermarks()                        # the periodic task: no exception, the dir goes offline
+    assert len(offline) == 1
+    with pytest.raises(KafkaStorageError):
+        p0.read(0, 1 << 20, min_one_message=True)
+    rm.shutdown()
