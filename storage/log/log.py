@@ -27,7 +27,7 @@ from storage.cleaner.cleaned_segment import complete_interrupted_swaps
 from storage.log.files import fsync_dir, read_small, write_atomically
 from storage.log.leader_epoch import LeaderEpochFileCache
 from storage.log.log_config import LogConfig
-from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
+from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, CorruptSegmentError, LogSegment
 from storage.log.producer_state import (CompletedTxn, CorruptSnapshotError, ProducerAppendInfo, ProducerStateManager,
                                         snapshot_name)
 from storage.log.transaction_index import AbortedTxn
@@ -217,7 +217,11 @@ class Log:
         if start >= self.log_end_offset:
             return
         for seg in self._segments[self._segment_index(start):]:
-            found = seg.translate_offset(start)
+            try:
+                found = seg.translate_offset(start)
+            except CorruptSegmentError as e:      # a damaged sealed segment: its reads answer CORRUPT_MESSAGE
+                log.error("%s: producer state not replayed past a corrupt batch: %s", self.dir.name, e)
+                return
             if found is None:
                 continue
             for pos, h in seg.batches(found[0]):
