@@ -11,7 +11,6 @@ Everything is synchronous and single-threaded (the broker calls it from its even
 from __future__ import annotations
 
 import bisect
-import functools
 import logging
 import os
 import shutil
@@ -25,6 +24,7 @@ from protocol.errors import ErrorCode
 from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, read_header, set_log_append_time
 from storage.cleaner.cleaned_segment import complete_interrupted_swaps
 from storage.log.files import fsync_dir, read_small, write_atomically
+from storage.log.io_errors import handles_io_errors as _io
 from storage.log.leader_epoch import LeaderEpochFileCache
 from storage.log.log_config import LogConfig
 from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, CorruptSegmentError, LogSegment
@@ -49,31 +49,6 @@ _UNCHECKED = object()       # append_as_leader without KIP-890 verification (tes
 
 class UnexpectedAppendOffsetError(Exception):
     """A follower append whose offsets do not continue the log (Kafka's UnexpectedAppendOffsetException)."""
-
-
-class KafkaStorageError(OSError):
-    """The log failed an I/O operation earlier (Kafka's KafkaStorageException): it is offline and every call on it
-    answers this, KAFKA_STORAGE_ERROR, until the broker restarts and recovers it from disk."""
-    error_code = ErrorCode.kafka_storage_error
-
-
-def _io(method):
-    """Kafka's LocalLog.maybeHandleIOException: an OSError (ENOSPC, EIO...) half-way through a write leaves the
-    in-memory state (log end, indexes, producer state) possibly ahead of or behind the file, so the log goes offline
-    at once, reports it through `on_io_error` (the broker's log-dir failure handling), and answers KafkaStorageError
-    from then on: a write that failed is never acknowledged, nor built on, nor read back."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        if self.failed is not None:
-            raise KafkaStorageError(f"{self.dir.name} is offline after an I/O error: {self.failed}")
-        try:
-            return method(self, *args, **kwargs)
-        except KafkaStorageError:
-            raise
-        except OSError as e:
-            self.fail(e)
-            raise KafkaStorageError(f"{method.__name__} on {self.dir.name} failed: {e}") from e
-    return wrapper
 
 
 class OffsetOutOfRangeError(Exception):

@@ -14,7 +14,8 @@ from protocol.errors import ErrorCode
 from protocol.record_batch import build_batch, split_and_validate
 from protocol.records import iter_all_records
 from storage.log import leader_epoch, log_segment, offset_index, producer_state
-from storage.log.log import KafkaStorageError, Log
+from storage.log.io_errors import KafkaStorageError
+from storage.log.log import Log
 from storage.log.log_config import LogConfig
 
 CFG = LogConfig(segment_bytes=3000, index_interval_bytes=100)
