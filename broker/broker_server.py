@@ -157,6 +157,10 @@ class Broker:
         self._reaper: asyncio.Task | None = None
         self._jwks_refresh: asyncio.Task | None = None
         self._starting: asyncio.Task | None = None
+        # Set when the log dir fails (replication/replica_manager.py log_dir_failed): the process then stops, as Kafka
+        # halts when its last log dir fails, and exits non-zero (broker/cli.py).
+        self.log_dir_failed = asyncio.Event()
+        self.replicas.on_log_dir_offline = self.log_dir_failed.set
         self._peer_connections: dict[int, BrokerConnection] = {}
         self.started_at = 0.0                   # event-loop time of start()
 

@@ -57,7 +57,9 @@ async def _check(bootstrap: str, timeout: float, command_config: str | None = No
         conn.close()
 
 
-async def _run_broker(config: BrokerConfig) -> None:
+async def _run_broker(config: BrokerConfig) -> int:
+    """Run until SIGINT/SIGTERM (exit 0) or until the log dir fails (exit 1: Kafka halts the broker then, and a
+    supervisor restarts it once the disk is fixed)."""
     from broker.broker_server import Broker
     broker = Broker(config)
     await broker.start()
@@ -65,9 +67,15 @@ async def _run_broker(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    logging.getLogger("strata").info("shutting down")
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.log_dir_failed.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    failed = broker.log_dir_failed.is_set()
+    logging.getLogger("strata").log(logging.ERROR if failed else logging.INFO, "shutting down%s",
+                                    ": the log directory failed" if failed else "")
     await broker.stop()
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,10 +106,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         import uvloop
-        uvloop.run(_run_broker(config))
     except ImportError:
-        asyncio.run(_run_broker(config))
-    return 0
+        return asyncio.run(_run_broker(config))
+    return uvloop.run(_run_broker(config))
 
 
 if __name__ == "__main__":

@@ -257,12 +257,12 @@ class Partition:
             self.wal.became_follower()
         self.fail_waiters()
 
-    def fail_waiters(self) -> None:
-        """This replica stops leading (or goes away): parked acks=all produces get NOT_LEADER_OR_FOLLOWER, parked
-        fetches wake up and see the new state."""
+    def fail_waiters(self, error: int = ErrorCode.not_leader_or_follower) -> None:
+        """This replica stops leading (or goes away, or its log dir failed: `error` KAFKA_STORAGE_ERROR): parked
+        acks=all produces get `error`, parked fetches wake up and see the new state."""
         for _, fut in self.hw_waiters + self.low_watermark_waiters:
             if not fut.done():
-                fut.set_result(ErrorCode.not_leader_or_follower)
+                fut.set_result(error)
         self.hw_waiters, self.low_watermark_waiters = [], []
         self.wake_waiters()
 

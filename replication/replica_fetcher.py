@@ -207,6 +207,10 @@ class ReplicaFetcher:
         except ApiError as e:
             log.warning("%s-%d: records from leader %d refused: %s", key[0], key[1], self.leader_id, e)
             self.partitions[key] = time.monotonic() + (backoff_ms or self.settings.backoff_ms) / 1000
+        except OSError as e:        # the log dir failed (the log reported it): Kafka marks the partition failed
+            log.error("%s-%d: appending the fetch from leader %d failed: %s", key[0], key[1], self.leader_id, e)
+            self.partitions.pop(key, None)
+            self.failed.add(key)
         except Exception:
             log.exception("%s-%d: applying the fetch from leader %d failed; the partition stops fetching until its "
                           "leadership changes", key[0], key[1], self.leader_id)

@@ -49,6 +49,10 @@ class ReplicaManager:
         self.isr_changes = AlterPartitionListener()   # ISR expands/shrinks/failed updates of leaders here (metrics)
         self.hw_checkpoint_interval = config.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000
         self._checkpointed_hws: dict[tuple[str, int], int] = {}      # as read at start-up, then as last written
+        # Kafka's LogDirFailureChannel: the I/O error that took the (one) log dir offline, and what the broker does
+        # then (it halts, as Kafka does when its last log dir fails).
+        self.offline_error: OSError | None = None
+        self.on_log_dir_offline: Callable[[], None] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -84,6 +88,15 @@ class ReplicaManager:
             task.cancel()
         if self.cleaner is not None:
             self.cleaner.stop()
+        if self.offline_error is not None:
+            # Nothing more is written to a failed dir, and no clean-shutdown marker: the next start recovers every
+            # log's tail from disk (Kafka halts without writing one).
+            for part in self.partitions.values():
+                part.closed = True
+                part.log.release()
+            log.error("log directory %s is offline (%s): logs not closed, the next start recovers them",
+                      self.log_dir, self.offline_error)
+            return
         t0 = time.monotonic()
         with deferred_fsyncs():          # one sync(2) instead of ~7 fsyncs per log (storage/log/files.py)
             for part in self.partitions.values():
@@ -99,7 +112,9 @@ class ReplicaManager:
     def _open(self, t, p: int, cfg, clean: bool = False) -> Partition:
         rlm = self.remote_log_manager
         plog = Log(self.log_dir / f"{t.name}-{p}", cfg, clean_shutdown=clean,
-                   remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg))
+                   remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg), on_io_error=self.log_dir_failed)
+        if self.offline_error is not None:
+            plog.fail(self.offline_error, report=False)
         alter = self.alter_partitions.submit if self.alter_partitions is not None else None
         plog.update_high_watermark(self._checkpointed_hws.get((t.name, p), 0))
         part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm, topic_id=t.topic_id,
@@ -164,6 +179,25 @@ class ReplicaManager:
             part.log.delete()
         shutil.rmtree(self.log_dir / f"{topic}-{index}", ignore_errors=True)
 
+    def log_dir_failed(self, path: Path, error: OSError) -> None:
+        """An I/O error under the log dir (Kafka's LogDirFailureChannel.maybeAddOfflineLogDir, then
+        ReplicaManager.handleLogDirFailure): every partition on it goes offline and answers KAFKA_STORAGE_ERROR,
+        parked produces and fetches are woken to see it, followers stop fetching. Strata has one log dir, so, as
+        Kafka does when its last log dir fails, the broker then stops (`on_log_dir_offline`): a controlled shutdown
+        moves its leaderships to the other in-sync replicas."""
+        if self.offline_error is not None:
+            return
+        self.offline_error = error
+        log.error("log directory %s is offline after an I/O error on %s: %s; its partitions answer "
+                  "KAFKA_STORAGE_ERROR and the broker shuts down (its only log dir failed)", self.log_dir, path, error)
+        for (topic, index), part in list(self.partitions.items()):
+            if self.fetchers is not None:
+                self.fetchers.unfollow(topic, index)
+            part.log.fail(error, report=False)
+            part.fail_waiters(ErrorCode.kafka_storage_error)
+        if self.on_log_dir_offline is not None:
+            self.on_log_dir_offline()
+
     def _alive_brokers(self) -> set[int] | None:
         """The registered, unfenced brokers of the current image (None without an image: unit harnesses)."""
         image = getattr(self.topics, "image", None)
@@ -172,9 +206,16 @@ class ReplicaManager:
     def checkpoint_high_watermarks(self) -> None:
         """Write every partition's high watermark to `replication-offset-checkpoint` (Kafka's
         checkpointHighWatermarks), when one changed since the last write."""
+        if self.offline_error is not None:
+            return
         hws = {key: part.high_watermark for key, part in self.partitions.items()}
         if hws != self._checkpointed_hws:
-            write_offsets(self.log_dir / REPLICATION_OFFSET_CHECKPOINT, hws)
+            path = self.log_dir / REPLICATION_OFFSET_CHECKPOINT
+            try:
+                write_offsets(path, hws)
+            except OSError as e:            # Kafka: a failed checkpoint write takes the log dir offline
+                self.log_dir_failed(path, e)
+                return
             self._checkpointed_hws = hws
 
     def hosted(self) -> list[Partition]:
@@ -262,10 +303,14 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(interval)
             for part in list(self.partitions.values()):
+                if part.log.failed is not None:
+                    continue
                 try:
                     n = part.log.delete_old_segments()
                     if n:
                         log.info("retention deleted %d segment(s) of %s-%d", n, part.topic, part.index)
+                except OSError as e:            # the log (and so its dir) went offline: reported by the log
+                    log.error("retention failed for %s-%d: %s", part.topic, part.index, e)
                 except Exception:
                     log.exception("retention failed for %s-%d", part.topic, part.index)
 
@@ -282,19 +327,19 @@ class ReplicaManager:
         """replica.high.watermark.checkpoint.interval.ms (Kafka's default 5000)."""
         while True:
             await asyncio.sleep(self.hw_checkpoint_interval)
-            try:
-                self.checkpoint_high_watermarks()
-            except OSError as e:
-                log.error("writing %s failed: %s", REPLICATION_OFFSET_CHECKPOINT, e)
+            self.checkpoint_high_watermarks()
 
     async def _flush_loop(self) -> None:
         """Honour flush.ms: logs with a finite flush.ms are checked every second (or flush.ms if shorter)."""
         while True:
-            finite = [p.log for p in self.partitions.values() if p.log.config.flush_ms < 2**62]
+            finite = [p.log for p in self.partitions.values()
+                      if p.log.config.flush_ms < 2**62 and p.log.failed is None]
             period = min([1.0] + [lg.config.flush_ms / 1000 for lg in finite])
             await asyncio.sleep(max(period, 0.01))
             for lg in finite:
                 try:
                     lg.maybe_flush()
+                except OSError as e:            # the log (and so its dir) went offline: reported by the log
+                    log.error("flush failed for %s: %s", lg.dir, e)
                 except Exception:
                     log.exception("flush failed for %s", lg.dir)

@@ -148,7 +148,8 @@ class LogCleaner:
         best = None
         dirtiest = 0.0
         for name, lg in self._logs():
-            if (getattr(lg, "_closed", False) or "compact" not in lg.config.cleanup_policy
+            if (getattr(lg, "_closed", False) or getattr(lg, "failed", None) is not None
+                    or "compact" not in lg.config.cleanup_policy
                     or id(lg) in self._in_progress or lg in self._uncleanable):
                 continue
             t = self._now(lg) if now is None else now
@@ -263,6 +264,11 @@ class LogCleaner:
             self._done(task)
         except (_LogChanged, _Aborted) as e:
             log.info("cleaning of %s given up: %s", ltc.name, e or type(e).__name__)
+        except OSError as e:
+            # Kafka's cleaner hands an IOException to the LogDirFailureChannel: the log (and its dir) goes offline.
+            log.error("cleaning %s failed: %s", ltc.name, e)
+            if not getattr(ltc.log, "_closed", False) and hasattr(ltc.log, "fail"):
+                ltc.log.fail(e)
         except Exception:
             if getattr(ltc.log, "_closed", False):           # deleted or shut down under our feet
                 log.info("cleaning of %s given up: the log was closed", ltc.name)

@@ -24,9 +24,10 @@ from protocol.errors import ErrorCode
 from protocol.record_batch import TIMESTAMP_TYPE_BIT, BatchHeader, assign_offset, read_header, set_log_append_time
 from storage.cleaner.cleaned_segment import complete_interrupted_swaps
 from storage.log.files import fsync_dir, read_small, write_atomically
+from storage.log.io_errors import handles_io_errors as _io
 from storage.log.leader_epoch import LeaderEpochFileCache
 from storage.log.log_config import LogConfig
-from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, LogSegment
+from storage.log.log_segment import INT32_MAX, LOG_SUFFIX, CorruptSegmentError, LogSegment
 from storage.log.producer_state import (CompletedTxn, CorruptSnapshotError, ProducerAppendInfo, ProducerStateManager,
                                         snapshot_name)
 from storage.log.transaction_index import AbortedTxn
@@ -71,8 +72,10 @@ class Log:
 
     def __init__(self, dir: Path, config: LogConfig, *, clean_shutdown: bool = False,
                  time_ms: Callable[[], int] = _wall_ms, producer_id_expiration_ms: int = 86_400_000,
-                 remote_log_enabled: bool = False):
+                 remote_log_enabled: bool = False, on_io_error: Callable[[Path, OSError], None] | None = None):
         self.dir = Path(dir)
+        self.failed: OSError | None = None     # the I/O error that took this log offline (see _io)
+        self.on_io_error = on_io_error
         self.config = config
         # Tiered storage (KIP-405): with remote_log_enabled the log start offset covers the remote tier too, local
         # segments are deleted only once copied (highest_offset_in_remote_storage, kept by the RemoteLogManager)
@@ -189,7 +192,11 @@ class Log:
         if start >= self.log_end_offset:
             return
         for seg in self._segments[self._segment_index(start):]:
-            found = seg.translate_offset(start)
+            try:
+                found = seg.translate_offset(start)
+            except CorruptSegmentError as e:      # a damaged sealed segment: its reads answer CORRUPT_MESSAGE
+                log.error("%s: producer state not replayed past a corrupt batch: %s", self.dir.name, e)
+                return
             if found is None:
                 continue
             for pos, h in seg.batches(found[0]):
@@ -227,6 +234,7 @@ class Log:
         write_atomically(self.dir / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
         self.leader_epoch_cache.truncate_from_start(offset)
 
+    @_io
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at `offset` (log start beyond the recovered end)."""
         for seg in self._segments:
@@ -238,6 +246,7 @@ class Log:
         self.producer_state.delete_snapshots_after(-1)
         self.producer_state.clear()
 
+    @_io
     def restart_at(self, offset: int, log_start: int | None = None, epochs=(), producer_snapshot=None) -> None:
         """A follower whose log is all below the leader's (local) log start starts over there (Kafka's
         truncateFullyAndStartAt). For a tiered log (KIP-405) the log start can stay lower, `log_start`: the
@@ -261,6 +270,17 @@ class Log:
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment.create(self.dir, base_offset, min(self.config.segment_index_bytes, INT32_MAX),
                                  self.config.index_interval_bytes)
+
+    def fail(self, error: OSError, *, report: bool = True) -> None:
+        """Take the log offline after `error` (called by the log cleaner too): the first failure is logged and
+        reported through `on_io_error`; the broker marks the other logs of a failed dir with `report=False`."""
+        if self.failed is not None:
+            return
+        self.failed = error
+        if report:
+            log.error("%s: offline after an I/O error: %s", self.dir.name, error)
+            if self.on_io_error is not None:
+                self.on_io_error(self.dir, error)
 
     # ---- accessors ---------------------------------------------------------------------------------------
     def update_config(self, config: LogConfig) -> None:
@@ -295,6 +315,7 @@ class Log:
         hi = self.highest_offset_in_remote_storage
         return sum(s.size for s in self._segments if s.base_offset >= hi)
 
+    @_io
     def update_log_start_offset_from_remote_tier(self, offset: int) -> None:
         """Remote retention deleted segments up to offset-1: move the log start (never beyond the high watermark);
         local segments below it go at the next retention pass."""
@@ -313,6 +334,7 @@ class Log:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
     # ---- appends -----------------------------------------------------------------------------------------
+    @_io
     def append_as_leader(self, records, headers: list[BatchHeader], leader_epoch: int,
                          coordinator_origin: bool = False, verification_guard=_UNCHECKED) -> AppendResult:
         """Append validated batches: assign offsets (headers are updated in place too), apply LogAppendTime,
@@ -392,6 +414,7 @@ class Log:
         hw = self.high_watermark
         return hw if first is None or first >= hw else max(first, self.log_start_offset)
 
+    @_io
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                       leader_epoch: int) -> AppendResult:
         """Write a transaction marker as leader (Kafka's appendAsLeader with the coordinator origin): a control batch
@@ -432,6 +455,7 @@ class Log:
                 break
         return out
 
+    @_io
     def append_as_follower(self, records, headers: list[BatchHeader]) -> AppendResult:
         """Append batches as the leader wrote them (offsets, leader epochs and timestamps kept): Kafka's
         UnifiedLog.appendAsFollower. Offsets must not go backwards (a gap is allowed: compacted leaders); producer
@@ -475,6 +499,7 @@ class Log:
             self.flush()
         return AppendResult(first, last_offset, -1, self.log_start_offset)
 
+    @_io
     def truncate_to(self, offset: int) -> bool:
         """Remove everything at and beyond `offset` (a follower's divergent tail, KIP-101/279). Whole batches go;
         segments above it are deleted, indexes, producer state and the leader-epoch cache follow, and the high
@@ -534,6 +559,7 @@ class Log:
         (-1, -1) when unknown."""
         return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
+    @_io
     def roll(self) -> LogSegment:
         """Seal the active segment (fsynced) and start a new one at the log end; snapshot producer state."""
         active = self.active_segment
@@ -549,6 +575,7 @@ class Log:
         return seg
 
     # ---- reads -------------------------------------------------------------------------------------------
+    @_io
     def read(self, fetch_offset: int, max_bytes: int, *, min_one_message: bool = True,
              max_offset: int | None = None) -> list[memoryview]:
         """Whole batches from the one containing fetch_offset, at most max_bytes (unless min_one_message and
@@ -600,6 +627,7 @@ class Log:
         return self.fetch_offset_by_timestamp(best) if best >= 0 else None
 
     # ---- deletion ----------------------------------------------------------------------------------------
+    @_io
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: raise the log start offset (-1 = high watermark); returns the low watermark."""
         if offset == -1:
@@ -623,6 +651,7 @@ class Log:
         return (0 < upper and upper - 1 <= self.highest_offset_in_remote_storage) or \
             (nxt is not None and self.log_start_offset >= nxt.base_offset)
 
+    @_io
     def delete_old_segments(self) -> int:
         """Retention (Kafka's deleteOldSegments): segments below the log start, then, for cleanup.policy
         delete, by retention.ms (largest timestamp) and retention.bytes. Returns how many were deleted.
@@ -694,6 +723,7 @@ class Log:
         return len(doomed)
 
     # ---- compaction (storage/cleaner/) ------------------------------------------------------------------
+    @_io
     def replace_segments(self, old: list[LogSegment], install: Callable[[], LogSegment]) -> bool:
         """Swap `old`, consecutive sealed segments of this log, for the one segment `install()` puts on disk and
         opens (the log cleaner's swap). Runs on the event loop like every mutator. Returns False, doing nothing,
@@ -710,6 +740,7 @@ class Log:
         return True
 
     # ---- durability and lifecycle ------------------------------------------------------------------------
+    @_io
     def flush(self) -> None:
         """fsync the active segment and its indexes (older segments were fsynced when rolled)."""
         self.active_segment.flush()
@@ -717,10 +748,12 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = self._time_ms()
 
+    @_io
     def maybe_flush(self) -> None:
         if self._unflushed_messages and self._time_ms() - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
 
+    @_io
     def close(self) -> None:
         """Seal every segment (active one trimmed to its size and fsynced) and snapshot producer state, so
         that a reopen with clean_shutdown=True scans nothing."""
@@ -731,6 +764,12 @@ class Log:
             seg.close()
         self.leader_epoch_cache.flush()
         self.producer_state.take_snapshot(self.log_end_offset)
+
+    def release(self) -> None:
+        """Drop descriptors and mappings without writing anything (the log's dir failed: nothing more goes to it)."""
+        self._closed = True
+        for seg in self._segments:
+            seg.release()
 
     def delete(self) -> None:
         """Remove the whole partition directory (outstanding read slices stay valid)."""

@@ -22,6 +22,7 @@ import struct
 from pathlib import Path
 from typing import Callable, Iterator
 
+from protocol.errors import ApiError, ErrorCode
 from protocol.wire import read_varint, read_varlong
 from protocol.record_batch import (
     HEADER_SIZE, LOG_OVERHEAD, BatchHeader, compute_crc, iter_batches, read_header,
@@ -42,6 +43,21 @@ _MAX_TIMESTAMP_AT = 35
 _I64 = struct.Struct(">q")
 MAX_RELATIVE_OFFSET = 2**31 - 1
 INT32_MAX = 2**31 - 1     # Kafka types segment.bytes and segment.index.bytes as int; index positions are u32
+
+
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+
+class CorruptSegmentError(ApiError):
+    """A batch header in a segment that cannot be right (a length below a v2 header's, or running past the end of
+    the segment): reads there answer CORRUPT_MESSAGE, as Kafka's FileLogInputStream throws CorruptRecordException,
+    instead of serving a torn batch, looping, or silently skipping to the next segment."""
+    error_code = ErrorCode.corrupt_message
+
+
+def _corrupt(seg: "LogSegment", pos: int, length: int) -> CorruptSegmentError:
+    return CorruptSegmentError(message=f"{seg.log_path.name}: batch at position {pos} has length {length} "
+                                       f"(segment size {seg.size})")
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -227,6 +243,8 @@ class LogSegment:
             size = self.size
             while view is not None and pos + HEADER_SIZE <= size:
                 base, length = _OFF_LEN.unpack_from(view, pos)
+                if length < _MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + length > size:
+                    raise _corrupt(self, pos, length)
                 nxt = base + _I32.unpack_from(view, pos + _LAST_OFFSET_DELTA_AT)[0] + 1
                 pos += LOG_OVERHEAD + length
             self._next_offset = nxt
@@ -248,6 +266,8 @@ class LogSegment:
         pos = self.offset_index.lookup(offset)[1]
         while pos + HEADER_SIZE <= size:
             base, length = _OFF_LEN.unpack_from(view, pos)
+            if length < _MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + length > size:
+                raise _corrupt(self, pos, length)
             if base + _I32.unpack_from(view, pos + _LAST_OFFSET_DELTA_AT)[0] >= offset:
                 return pos, read_header(view, pos)
             pos += LOG_OVERHEAD + length
@@ -270,6 +290,10 @@ class LogSegment:
         while pos + HEADER_SIZE <= size:
             base, length = _OFF_LEN.unpack_from(view, pos)
             end = pos + LOG_OVERHEAD + length
+            if length < _MIN_BATCH_LENGTH or end > size:
+                if pos == start:
+                    raise _corrupt(self, pos, length)
+                break                       # serve the good batches before it; the next read raises
             if base >= max_offset or (end - start > budget and not (min_one and pos == start)):
                 break
             pos = end

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from protocol.record_batch import build_batch, read_header, split_and_validate
 from protocol.records import iter_all_records
 from storage.log.log import Log
@@ -257,3 +259,75 @@ def test_real_kill_9(tmp_path):
     r = log.append_as_leader(b, split_and_validate(b, 10**6), 0)
     assert r.duplicate and r.base_offset == 299
     assert log.fetch_offset_by_timestamp(150) == (150, 150)
+
+
+# ---- issue 26: corruption found at start-up -------------------------------------------------------------------------
+
+def test_garbage_indexes_of_the_active_segment_after_a_clean_shutdown_are_rebuilt(tmp_path):
+    d = tmp_path / "t-0"
+    log, before = fill(d, 40)
+    active = log.segments()[-1]
+    leo, entries = log.log_end_offset, active.offset_index.entries
+    assert entries > 2
+    log.close()
+    active.index_path.write_bytes(b"\x00\x00\x00\x05\x00\x00\x10\x00" * 2)     # an entry past the end of the log
+    active.time_index_path.write_bytes(os.urandom(12 * 3 + 4))                  # not whole entries
+    log = Log(d, CFG, clean_shutdown=True)
+    seg = log.segments()[-1]
+    assert log.log_end_offset == leo and values(log) == before
+    assert seg.offset_index.entries == entries and seg.time_index.sanity_check()
+    for off in range(seg.base_offset, leo):
+        h = read_header(log.read(off, 1)[0])
+        assert h.base_offset <= off <= h.last_offset
+    assert log.fetch_offset_by_timestamp(1000 + seg.base_offset // 2 + 1) == (seg.base_offset + 2,
+                                                                               1000 + seg.base_offset // 2 + 1)
+
+
+def test_zero_filled_tail_with_a_clean_shutdown_marker_is_truncated(tmp_path):
+    d = tmp_path / "t-0"
+    log, before = fill(d, 30)
+    leo = log.log_end_offset
+    path, end = _active_file_end(d, log)
+    log.close()
+    with open(path, "ab") as f:                                  # preallocated, never written (a torn write)
+        f.write(b"\x00" * 8192)
+    log = Log(d, CFG, clean_shutdown=True)
+    assert log.log_end_offset == leo and values(log) == before and path.stat().st_size == end
+    assert append(log, batch(30)).base_offset == leo
+
+
+def _break_batch_length(seg_path: Path, nth: int, length: int) -> tuple[int, int]:
+    """Overwrite the length field of the `nth` batch of a segment; -> (its base offset, its position)."""
+    with open(seg_path, "r+b") as f:
+        pos = 0
+        for _ in range(nth):
+            f.seek(pos + 8)
+            pos += 12 + int.from_bytes(f.read(4), "big")
+        f.seek(pos)
+        base = int.from_bytes(f.read(8), "big")
+        f.write(length.to_bytes(4, "big", signed=True))
+    return base, pos
+
+
+@pytest.mark.parametrize("length", [-16, 3, 2**31 - 16])
+def test_a_batch_with_an_impossible_length_in_a_flushed_segment_answers_corrupt_message(tmp_path, length):
+    """A sealed segment is not rescanned at start-up (as Kafka: it was flushed, below the recovery point); a read
+    that meets a batch header that cannot be right answers CORRUPT_MESSAGE (Kafka's FileLogInputStream throws
+    CorruptRecordException) instead of looping, serving a torn batch or skipping silently to the next segment."""
+    from protocol.errors import ErrorCode
+    from storage.log.log_segment import CorruptSegmentError
+    d = tmp_path / "t-0"
+    log, before = fill(d, 60)
+    victim = log.segments()[1]
+    log.close()
+    base, _ = _break_batch_length(victim.log_path, 2, length)
+    log = Log(d, CFG, clean_shutdown=True)
+    assert values(log, 0)[:victim.base_offset] == before[:victim.base_offset]
+    views = log.read(base - 2, 1)                           # the good batch before it
+    assert [r.offset for v in views for r in iter_all_records(v)] == [base - 2, base - 1]
+    for off in (base, base + 1, base + 2):
+        with pytest.raises(CorruptSegmentError) as e:
+            log.read(off, 1 << 20)
+        assert e.value.error_code == ErrorCode.corrupt_message
+    nxt = log.segments()[2].base_offset
+    assert values(log, nxt) == before[nxt:]
