@@ -42,10 +42,10 @@ librdkafka-suite: $(VENV)/.test-installed kafka-jars
 # Everything but the suites marked slow (kill -9 rounds, long randomized runs): those are `make test-slow`, and CI
 # (.ci/run) runs both.
 test: $(VENV)/.test-installed kcat kafka-jars
-	$(PY) -m pytest -q -rs -m "not slow" tests
+	$(PY) -m pytest -q -rs --durations=25 -m "not slow" tests
 
 test-slow: $(VENV)/.test-installed kcat kafka-jars
-	$(PY) -m pytest -q -rs -m slow tests
+	$(PY) -m pytest -q -rs --durations=40 -m slow tests
 
 # Coverage-guided fuzzing of the request decoders and the record-batch parser, longer than the slow suite's run;
 # a crash leaves its input in .cache/fuzz/. FUZZ_SECONDS per target.

@@ -75,7 +75,7 @@ async def _run_broker(config: BrokerConfig) -> int:
     logging.getLogger("strata").log(logging.ERROR if failed else logging.INFO, "shutting down%s",
                                     ": the log directory failed" if failed else "")
     await broker.stop()
-    return 1 if failed else 0
+    return 1 if failed or broker.log_dir_failed.is_set() else 0     # also a disk error while stopping
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ import time
 from metadata.quota_control import CLIENT_ID, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, USER
 
 INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000     # Kafka's ClientQuotaManager.InactiveSensorExpirationTimeSeconds
+_MAX_RESOLVED = 100_000     # cached (principal, client id) -> quota lookups, cleared when full
 
 
 def now_ms() -> int:
@@ -147,6 +148,8 @@ class ClientQuotaManager:
         key = (principal, client_id or "")
         found = self._resolved.get(key)
         if found is None:
+            if len(self._resolved) >= _MAX_RESOLVED:      # a client cycling client ids must not grow it forever
+                self._resolved.clear()
             found = self._resolved[key] = self.resolve(quotas, user_of(principal), client_id or "")
         return found
 

@@ -47,7 +47,7 @@ def _flexible(api_key: int, version: int) -> bool:
 class KafkaConnection(asyncio.Protocol):
     __slots__ = ("broker", "transport", "size_buf", "frame", "filled", "queue", "peer", "client_host", "paused", "closed",
                  "corked", "listener", "auth", "principal", "last_active", "quota_ip", "frame_charge", "held", "pool",
-                 "throttle_timer")
+                 "throttle_timer", "write_paused")
 
     def __init__(self, broker, listener=None, quota_ip: str | None = None):
         self.broker = broker
@@ -68,6 +68,7 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = None
         self.corked: list | None = None     # replies made while a read is being handled, written once at its end
         self.throttle_timer: asyncio.TimerHandle | None = None   # muted over a client quota until it fires
+        self.write_paused = False           # the transport's write buffer is above its high-water mark
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -115,9 +116,11 @@ class KafkaConnection(asyncio.Protocol):
             self.broker.quotas.dec(self.listener.name, ip)
 
     def pause_writing(self) -> None:
+        self.write_paused = True
         self._pause()
 
     def resume_writing(self) -> None:
+        self.write_paused = False
         self._resume()
 
     def _pause(self) -> None:
@@ -127,7 +130,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _resume(self) -> None:
         if self.paused and not self.closed and len(self.queue) < MAX_IN_FLIGHT and self.held is None and \
-                self.throttle_timer is None:
+                self.throttle_timer is None and not self.write_paused:
             self.paused = False
             self.transport.resume_reading()
 

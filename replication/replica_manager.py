@@ -53,6 +53,9 @@ class ReplicaManager:
         # then (it halts, as Kafka does when its last log dir fails).
         self.offline_error: OSError | None = None
         self.on_log_dir_offline: Callable[[], None] | None = None
+        # Partitions assigned here after the dir failed (Kafka's HostedPartition.Offline): no log is created for
+        # them on the failed disk; they answer KAFKA_STORAGE_ERROR (missing_error) until the broker restarts.
+        self.offline_partitions: set[tuple[str, int]] = set()
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -66,7 +69,9 @@ class ReplicaManager:
             for p, state in enumerate(t.partition_states):
                 if self.local_broker_id in state.replicas:
                     cfg = cfg or self.config.log_config(t.configs)
-                    self._become(self._open(t, p, cfg, clean), state, t.name, p, fresh=True)
+                    part = self._open(t, p, cfg, clean)
+                    if part is not None:
+                        self._become(part, state, t.name, p, fresh=True)
         # Any crash from here on must be treated as unclean.
         marker.unlink(missing_ok=True)
         log.info("loaded %d partitions in %.2fs (%s shutdown)", len(self.partitions), time.monotonic() - t0,
@@ -84,45 +89,82 @@ class ReplicaManager:
             self.cleaner.start()
 
     def shutdown(self) -> None:
+        """Close every log (Kafka's LogManager.shutdown), then checkpoint the high watermarks and write the
+        clean-shutdown marker, only if the dir is still online and every log closed: an I/O error closing one log
+        takes the dir offline (the log reports it) but does not stop the others from being released, and the next
+        start then recovers every log's tail from disk. Nothing more is written to a dir that failed."""
         for task in self._tasks:
             task.cancel()
         if self.cleaner is not None:
             self.cleaner.stop()
-        if self.offline_error is not None:
-            # Nothing more is written to a failed dir, and no clean-shutdown marker: the next start recovers every
-            # log's tail from disk (Kafka halts without writing one).
-            for part in self.partitions.values():
-                part.closed = True
-                part.log.release()
-            log.error("log directory %s is offline (%s): logs not closed, the next start recovers them",
-                      self.log_dir, self.offline_error)
-            return
         t0 = time.monotonic()
+        closed = 0
+        unclosed = 0                     # logs whose close failed other than by an I/O error (a bug): no marker
         with deferred_fsyncs():          # one sync(2) instead of ~7 fsyncs per log (storage/log/files.py)
-            for part in self.partitions.values():
+            for (topic, index), part in list(self.partitions.items()):
                 part.closed = True
-                if part.wal is not None:
-                    part.wal.close()
-                part.log.close()
-        self.checkpoint_high_watermarks()
-        (self.log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
+                if self.offline_error is None and part.log.failed is None:
+                    try:
+                        if part.wal is not None:
+                            part.wal.close()
+                        part.log.close()
+                        closed += 1
+                        continue
+                    except OSError as e:     # the dir is offline now (Log.close reported it through log_dir_failed)
+                        log.error("closing %s-%d failed: %s", topic, index, e)
+                    except Exception:
+                        log.exception("closing %s-%d failed", topic, index)
+                        unclosed += 1
+                part.log.release()       # a failed dir: drop descriptors and mappings, write nothing more
+        self.checkpoint_high_watermarks()    # a failure here takes the dir offline too (checked below)
+        if self.offline_error is not None:
+            # No clean-shutdown marker: the next start recovers every log's tail from disk (Kafka skips the marker
+            # of a dir that failed, and halts when its last one does).
+            log.error("log directory %s is offline (%s): %d of %d logs closed, no clean-shutdown marker; the next "
+                      "start recovers them", self.log_dir, self.offline_error, closed, len(self.partitions))
+            return
+        if unclosed:
+            log.error("%d of %d logs failed to close: no clean-shutdown marker, the next start recovers them",
+                      unclosed, len(self.partitions))
+            return
+        try:
+            (self.log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
+        except OSError as e:             # Kafka swallows this too: the next start is merely treated as unclean
+            log.error("writing the clean-shutdown marker in %s failed: %s", self.log_dir, e)
+            return
         log.info("closed %d logs cleanly in %.2fs", len(self.partitions), time.monotonic() - t0)
 
     # ---- partitions ------------------------------------------------------------------------------------------
-    def _open(self, t, p: int, cfg, clean: bool = False) -> Partition:
-        rlm = self.remote_log_manager
-        plog = Log(self.log_dir / f"{t.name}-{p}", cfg, clean_shutdown=clean,
-                   remote_log_enabled=rlm is not None and rlm.is_tiered(t.name, cfg), on_io_error=self.log_dir_failed)
-        if self.offline_error is not None:
-            plog.fail(self.offline_error, report=False)
-        alter = self.alter_partitions.submit if self.alter_partitions is not None else None
-        plog.update_high_watermark(self._checkpointed_hws.get((t.name, p), 0))
-        part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm, topic_id=t.topic_id,
-                         alter_isr=alter, isr_listener=self.isr_changes, alive_brokers=self._alive_brokers)
-        if self.remote_wal is not None:
-            part.wal = PartitionWal(self.remote_wal, plog.dir)
-        self.partitions[(t.name, p)] = part
-        return part
+    def _open(self, t, p: int, cfg, clean: bool = False) -> Partition | None:
+        """Open (or create) a partition's log and register its Partition; None when the log dir is offline (Kafka
+        picks only live dirs: with none left the partition is offline), also when opening the log fails with an
+        I/O error (which takes the dir offline rather than escaping to the metadata publisher)."""
+        key = (t.name, p)
+        if self.offline_error is None:
+            rlm = self.remote_log_manager
+            path = self.log_dir / f"{t.name}-{p}"
+            try:
+                plog = Log(path, cfg, clean_shutdown=clean, remote_log_enabled=rlm is not None and
+                           rlm.is_tiered(t.name, cfg), on_io_error=self.log_dir_failed)
+                wal = PartitionWal(self.remote_wal, plog.dir) if self.remote_wal is not None else None
+            except OSError as e:
+                self.log_dir_failed(path, e)     # a no-op if the log already reported it (a decorated method)
+            else:
+                if self.offline_error is None:
+                    alter = self.alter_partitions.submit if self.alter_partitions is not None else None
+                    plog.update_high_watermark(self._checkpointed_hws.get(key, 0))
+                    part = Partition(t.name, p, plog, local_broker_id=self.local_broker_id, remote=rlm,
+                                     topic_id=t.topic_id, alter_isr=alter, isr_listener=self.isr_changes,
+                                     alive_brokers=self._alive_brokers)
+                    part.wal = wal
+                    self.partitions[key] = part
+                    return part
+                plog.release()
+        # Kafka's HostedPartition.Offline: nothing is created on the failed dir; requests get KAFKA_STORAGE_ERROR.
+        self.offline_partitions.add(key)
+        log.error("%s-%d: not created, log directory %s is offline (%s)", t.name, p, self.log_dir,
+                  self.offline_error)
+        return None
 
     def _become(self, part: Partition, state, topic: str, index: int, fresh: bool = False) -> None:
         """Take a partition's state from the image: lead it, follow its leader, or just note a new ISR."""
@@ -160,9 +202,13 @@ class ReplicaManager:
                     self._remove(t.name, i)
                 continue
             if part is None:
+                if (t.name, i) in self.offline_partitions:
+                    continue
                 cfg = cfg or self.config.log_config(t.configs)
-                self._become(self._open(t, i, cfg), state, t.name, i, fresh=True)
-            elif old is not state:
+                part = self._open(t, i, cfg)
+                if part is not None:
+                    self._become(part, state, t.name, i, fresh=True)
+            elif old is not state and part.log.failed is None:     # an offline partition takes no new role
                 self._become(part, state, t.name, i)
         if self.remote_log_manager is not None and (before is None or t.partitions > before.partitions):
             self.remote_log_manager.on_topic_created(t)
@@ -170,6 +216,7 @@ class ReplicaManager:
     def _remove(self, topic: str, index: int) -> None:
         if self.fetchers is not None:
             self.fetchers.unfollow(topic, index)
+        self.offline_partitions.discard((topic, index))
         part = self.partitions.pop((topic, index), None)
         if part is not None:
             part.closed = True
@@ -227,7 +274,10 @@ class ReplicaManager:
 
     def missing_error(self, topic: str, index: int) -> int:
         """The error for a partition not hosted here: NOT_LEADER_OR_FOLLOWER if it exists elsewhere in the cluster
-        (the client refreshes its metadata and goes to the leader), else UNKNOWN_TOPIC_OR_PARTITION."""
+        (the client refreshes its metadata and goes to the leader), else UNKNOWN_TOPIC_OR_PARTITION; a partition
+        assigned here after the log dir failed (offline, no log) answers KAFKA_STORAGE_ERROR."""
+        if (topic, index) in self.offline_partitions:
+            return ErrorCode.kafka_storage_error
         t = self.topics.get(topic) if topic is not None else None
         if t is not None and t.partition(index) is not None:
             return ErrorCode.not_leader_or_follower

@@ -136,6 +136,11 @@ def handle(broker, req):
                                                                 req.client_id)
         if window is not None:
             max_bytes = min(max_bytes, max(int(window), 0))
+            if min_bytes > max_bytes:
+                # Kafka lowers min_bytes to the capped max_bytes, and its DelayedFetch then counts the bytes available
+                # (not the batch-aligned bytes read), so such a fetch is answered at once when data is there; here the
+                # read total is what counts, which batch alignment keeps below max_bytes: answer whatever there is
+                min_bytes = 1
     read_committed = getattr(body, "isolation_level", 0) == 1
     sid = session.session_id if session is not None else 0
 

@@ -12,8 +12,9 @@ import struct
 import time
 
 from broker.current_leader import current_leaders
-from broker.security.authorization import (TOPIC_DENIED, TRANSACTIONAL_ID, TRANSACTIONAL_ID_DENIED, WRITE, authorize,
-                                           name_checker)
+from broker.log_limits import RateLimitedLog
+from broker.security.authorization import (CLUSTER_ACTION, TOPIC_DENIED, TRANSACTIONAL_ID, TRANSACTIONAL_ID_DENIED,
+                                           WRITE, authorize, authorize_cluster, name_checker)
 from protocol.record_batch import InvalidRecordError, LegacyMagicError, split_and_validate
 from protocol.records import iter_records, null_key_indexes, recompress_batch
 from protocol.wire import (I16, I32, I64, MalformedRequest, array_len, leader_id_and_epoch, node_endpoints,
@@ -28,6 +29,8 @@ DECODABLE = (0, 12)
 
 
 log = logging.getLogger("strata.produce")
+# a client can send invalid batches at will: a flood of them must not fill the disk with log lines
+_REJECTED_LOG = RateLimitedLog(log, logging.INFO, what="similar messages (produce requests rejected as invalid)")
 
 # Errors Kafka's ReplicaManager.appendToLocalLog answers with LogAppendInfo.UNKNOWN_LOG_APPEND_INFO: no log start
 # offset (-1); the others carry the partition's log start offset.
@@ -203,7 +206,7 @@ def _produce(broker, req, parsed, verified: dict | None = None, denied: dict | N
                     if version < 3 and isinstance(e, LegacyMagicError):
                         err = ErrorCode.unsupported_for_message_format
                     log_start = -1 if e.request_level else part.log_start_offset
-                    log.info("rejected produce to %s-%d from %s: %s", name, index, req.client_id, e)
+                    _REJECTED_LOG.log("rejected produce to %s-%d from %s: %s", name, index, req.client_id, e)
                 except OSError as e:
                     log.error("append to %s-%d failed: %s", name, index, e)
                     err, msg = ErrorCode.kafka_storage_error, str(e)
@@ -216,12 +219,12 @@ def _produce(broker, req, parsed, verified: dict | None = None, denied: dict | N
             traffic.bytes_in += appended
             traffic.messages_in += messages
     # client quotas: the time handling took so far (not the wait for replication), when any quota is set
-    busy = time.perf_counter() - req.busy_since if broker.topics.image.client_quotas and not internal_allowed \
-        else None
+    busy = time.perf_counter() - req.busy_since if broker.topics.image.client_quotas and not \
+        (internal_allowed and authorize_cluster(broker, req, CLUSTER_ACTION)) else None
     if acks == 0:
         _count_errors(broker, out_topics, acks_zero=True)
-        if busy is not None:
-            _throttle(broker, req, busy)      # no response, but the connection is muted all the same (as Kafka)
+        if busy is not None:                # no response, but the connection is muted all the same (as Kafka);
+            _throttle(broker, req, None)    # Kafka leaves acks=0 out of the request quota: bytes only
         return None
     if delayed:
         return _delayed_produce(broker, req, out_topics, delayed, timeout_ms, busy)
@@ -231,13 +234,15 @@ def _produce(broker, req, parsed, verified: dict | None = None, denied: dict | N
                            throttle)
 
 
-def _throttle(broker, req, busy: float) -> int:
-    """producer_byte_rate and request_percentage (broker/quotas.py): record the request's size and handling time, as
-    Kafka's KafkaApis does when it answers; the longer throttle time, which the connection also mutes for. Other
-    brokers' writes are never throttled."""
+def _throttle(broker, req, busy: float | None) -> int:
+    """producer_byte_rate and request_percentage (broker/quotas.py): record the request's size and handling time
+    (None: bytes only), as Kafka's KafkaApis does when it answers; the longer throttle time, which the connection
+    also mutes for. Other brokers' writes are never throttled: a client id of theirs is not enough, the principal
+    needs CLUSTER_ACTION too (without an authorizer any client may change its quota anyway)."""
     quotas, managers = broker.topics.image.client_quotas, broker.client_quotas
-    ms = max(managers.produce.record(quotas, req.principal, req.client_id, len(req.frame)),
-             managers.record_request_time(quotas, req, busy))
+    ms = managers.produce.record(quotas, req.principal, req.client_id, len(req.frame))
+    if busy is not None:
+        ms = max(ms, managers.record_request_time(quotas, req, busy))
     req.throttle_ms = max(req.throttle_ms, ms)
     return ms
 

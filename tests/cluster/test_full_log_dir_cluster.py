@@ -15,7 +15,6 @@ from confluent_kafka.admin import NewTopic
 
 from tests.cluster.conftest import Cluster, stop_and_check
 
-pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from protocol.record_batch import build_batch
 from rawclient import RawClient
 from tests.conftest import BrokerProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.integration]
 
 KAFKA_STORAGE_ERROR = 56
 

@@ -144,3 +144,32 @@ def test_bad_quota_alterations_get_kafka_errors(make_broker):
     r = configs(b, "--describe", "--entity-type", "users", "--entity-default")
     assert r.stdout == "Quota configs for the default user-principal are request_percentage=12.5, " \
                        "controller_mutation_rate=10.0\n", r.stderr
+
+
+def test_a_quota_capped_fetch_does_not_wait_for_min_bytes(make_broker, topic_name):
+    """A consumer whose fetch.min.bytes is above what its quota allows in one window: Kafka lowers min_bytes to the
+    capped max_bytes, so the fetch is answered with data instead of waiting fetch.max.wait.ms every time."""
+    from tests.integration.helpers import produce_all, producer
+    from tests.integration.rawclient import RawClient
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    p = producer(b.bootstrap)
+    for _ in range(16):         # one 1 KiB batch each: a batch above the quota's window would be throttled forever
+        produce_all(p, topic_name, [(None, MESSAGE)], partition=0)
+    r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "rawclient", "--add-config",
+                "consumer_byte_rate=4096")
+    assert r.returncode == 0, r.stderr
+    with RawClient(b.bootstrap, timeout=20) as c:
+        # max_wait 60 s: had the broker kept min_bytes above the cap, this would go unanswered past the 20 s timeout
+        got, throttles = b"", []
+        for _ in range(5):
+            resp = c.fetch(topic_name, 0, 0, min_bytes=10 << 20, max_wait_ms=60_000)
+            assert resp.error_code == 0, resp
+            throttles.append(resp.throttle_time)
+            if resp.responses:                      # a throttled fetch is answered empty, as in Kafka
+                [t] = resp.responses
+                [part] = t.partitions
+                got = part.records or b""
+                if got:
+                    break
+            time.sleep(resp.throttle_time.total_seconds())
+        assert got, f"no records in 5 fetches (throttle times {throttles})"

@@ -162,3 +162,109 @@ def test_a_failed_high_watermark_checkpoint_takes_the_dir_offline(tmp_path, monk
     with pytest.raises(KafkaStorageError):
         p0.read(0, 1 << 20, min_one_message=True)
     rm.shutdown()
+
+
+# ---- shutdown and the shutdown window after a failure ----------------------------------------------------------------
+
+def _topic_image(name: str, n: int = 1):
+    """A topic assigned to broker 1 (what a metadata delta hands apply_topic)."""
+    import uuid
+    from metadata.image import MetadataImage
+    from metadata.metadata_cache import MetadataCache
+    from metadata.records import PartitionRecord, RegisterBrokerRecord, TopicRecord
+    tid = uuid.UUID(int=0xBEEF).hex
+    records = [RegisterBrokerRecord(1, "inc-1", None, [("PLAINTEXT", "localhost", 9091)]), TopicRecord(name, tid)]
+    records += [PartitionRecord(tid, p, [1], [1], 1, 0, 0) for p in range(n)]
+    return MetadataCache(MetadataImage().apply(records)).get(name)
+
+
+def _fail_nth_call(n: int):
+    """A write_atomically that fails with ENOSPC on its n-th call (0-based) only."""
+    from storage.log import files
+    calls = {"n": 0}
+
+    def write_atomically(*a, **k):
+        i = calls["n"]
+        calls["n"] += 1
+        if i == n:
+            _enospc()
+        return files.write_atomically(*a, **k)
+    return write_atomically
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_an_io_error_closing_a_log_does_not_abort_the_shutdown(tmp_path, monkeypatch, failing):
+    """Log.close() (producer snapshot) fails with ENOSPC for one log: shutdown() goes on releasing the others,
+    raises nothing, and writes no clean-shutdown marker; the next start recovers everything acknowledged."""
+    from replication.replica_manager import CLEAN_SHUTDOWN_FILE
+    rm, offline = _replica_manager(tmp_path)
+    parts = [rm.get("t", 0), rm.get("t", 1)]
+    for i, part in enumerate(parts):
+        buf = batch(i)
+        part.append_records_to_leader(buf, split_and_validate(buf, 10**8), required_acks=1)
+    monkeypatch.setattr(producer_state, "write_atomically", _fail_nth_call(failing))
+    rm.shutdown()                                          # before: KafkaStorageError escaped, t-1 never closed
+    monkeypatch.undo()
+    assert len(offline) == 1 and offline[0].errno == errno.ENOSPC
+    assert not (tmp_path / "logs" / CLEAN_SHUTDOWN_FILE).exists()
+    for part in parts:
+        assert part.closed and part.log._closed
+        assert all(seg._fd is None and seg._mm is None for seg in part.log.segments())
+    del parts, part
+    gc.collect()
+    for i in range(2):
+        assert values(Log(tmp_path / "logs" / f"t-{i}", CFG, clean_shutdown=False)) == [b"value-%04d" % i + b"x" * 200]
+
+
+def test_a_failed_final_high_watermark_checkpoint_writes_no_clean_marker(tmp_path, monkeypatch):
+    from replication import replica_manager
+    from replication.replica_manager import CLEAN_SHUTDOWN_FILE
+    rm, offline = _replica_manager(tmp_path)
+    buf = batch(0)
+    rm.get("t", 0).append_records_to_leader(buf, split_and_validate(buf, 10**8), required_acks=1)
+    monkeypatch.setattr(replica_manager, "write_offsets", _enospc)
+    rm.shutdown()                                          # the logs close, then the checkpoint fails
+    assert len(offline) == 1
+    assert not (tmp_path / "logs" / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def _take_the_dir_offline(rm, monkeypatch):
+    monkeypatch.setattr(log_segment.os, "posix_fallocate", _enospc)
+    buf = batch(0)
+    with pytest.raises(KafkaStorageError):
+        rm.get("t", 0).append_records_to_leader(buf, split_and_validate(buf, 10**8), required_acks=1)
+    monkeypatch.undo()
+
+
+def test_a_partition_assigned_after_the_dir_failed_is_offline_and_nothing_is_created(tmp_path, monkeypatch):
+    """Between the failure and the exit a metadata delta assigns a new partition here: Kafka picks only live log
+    dirs, so with none left the partition is offline (KAFKA_STORAGE_ERROR) and nothing is written to the dir."""
+    from replication.replica_manager import CLEAN_SHUTDOWN_FILE
+    rm, offline = _replica_manager(tmp_path)
+    _take_the_dir_offline(rm, monkeypatch)
+    before = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    u = _topic_image("u", 2)
+    rm.apply_topic(u, None)
+    rm.apply_topic(u, None)                                # a later delta: still offline, still nothing created
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == before
+    assert rm.get("u", 0) is None and rm.get("u", 1) is None
+    assert rm.missing_error("u", 0) == rm.missing_error("u", 1) == ErrorCode.kafka_storage_error
+    assert len(offline) == 1
+    rm.shutdown()
+    assert not (tmp_path / "logs" / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_an_io_error_creating_a_log_takes_the_dir_offline(tmp_path, monkeypatch):
+    """Creating a new partition's log fails (ENOSPC on its first segment): the dir goes offline, as for any other
+    log write, instead of the error escaping the metadata delta."""
+    from storage.log import log as log_module
+    rm, offline = _replica_manager(tmp_path)
+    monkeypatch.setattr(log_module.LogSegment, "create", _enospc)
+    rm.apply_topic(_topic_image("u"), None)                # before: OSError out of apply_topic, dir still online
+    monkeypatch.undo()
+    assert len(offline) == 1 and offline[0].errno == errno.ENOSPC
+    assert rm.get("u", 0) is None
+    assert rm.missing_error("u", 0) == ErrorCode.kafka_storage_error
+    with pytest.raises(KafkaStorageError):                 # the other partitions of the dir are offline too
+        rm.get("t", 0).read(0, 1 << 20, min_one_message=True)
+    rm.shutdown()

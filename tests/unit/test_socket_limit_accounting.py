@@ -158,3 +158,31 @@ async def test_wait_for_slot_wakes_when_a_connection_closes():
     assert not waiter.done()
     q.dec("PLAINTEXT", "127.0.0.1")
     await asyncio.wait_for(waiter, 1)
+
+
+async def test_a_connection_paused_for_writing_is_not_resumed_by_other_paths():
+    """A client that does not read its answers: reading stays paused until the transport's buffer drains, whatever
+    else (an answered request, the end of a quota throttle, memory coming back) would resume it."""
+    from types import SimpleNamespace
+    from broker.socket_server import KafkaConnection
+
+    class Transport:
+        reading = True
+
+        def pause_reading(self):
+            self.reading = False
+
+        def resume_reading(self):
+            self.reading = True
+
+    broker = SimpleNamespace(memory_pool=None)
+    conn = KafkaConnection(broker)
+    conn.transport = t = Transport()
+    conn.pause_writing()
+    assert not t.reading
+    conn._resume()                       # what an answered request, memory_available and a throttle's end call
+    conn._throttle(1)
+    conn._end_throttle()
+    assert not t.reading
+    conn.resume_writing()
+    assert t.reading
