@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import contextlib
 import subprocess
 import sys
 import time
@@ -12,6 +13,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def small_tmpfs_at(path: Path, size: str = "4m"):
+    """`path` (created) on a tmpfs of `size`, to fill a log directory; skips the test when mounting is not allowed
+    (not root), and unmounts lazily at the end."""
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 def free_port() -> int:

@@ -14,24 +14,20 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from tests.cluster.conftest import Cluster, stop_and_check
+from tests.conftest import small_tmpfs_at
 
 
 
 @pytest.fixture
 def cluster_with_small_dir(tmp_path):
-    logs = tmp_path / "broker-1" / "logs"
-    logs.mkdir(parents=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(logs)], capture_output=True)
-    if r.returncode:
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.decode().strip()}")
-    c = Cluster(tmp_path, 3)
-    try:
-        c.start()
-        yield c, logs
-        stop_and_check(c)
-    finally:
-        c.stop()
-        subprocess.run(["umount", "-l", str(logs)], capture_output=True)
+    with small_tmpfs_at(tmp_path / "broker-1" / "logs") as logs:
+        c = Cluster(tmp_path, 3)
+        try:
+            c.start()
+            yield c, logs
+            stop_and_check(c)
+        finally:
+            c.stop()
 
 
 def _read_all(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, bytes]:

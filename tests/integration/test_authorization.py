@@ -105,7 +105,7 @@ def test_everything_refused_without_acls(make_broker):
 _NO_REFUSAL = {17, 18, 36, 16, 66, 60}
 _NOWHERE_TO_SAY = {(35, 1), (35, 2)}        # DescribeLogDirs before v3 has no error code: an empty answer
 _SAMPLE = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "bool": False, "string": "t", "bytes": b"",
-           "records": None, "uuid": uuid.UUID(int=0), "timedelta_i32": 0, "timedelta_i64": 0}
+           "records": None, "uuid": uuid.UUID(int=0), "timedelta_i32": 0, "timedelta_i64": 0, "float64": 1.0}
 _FIELDS = {"acks": -1, "resource_type": 2, "transactional_id": "t", "key_type": 0, "election_type": 0,
            "forgotten_topics_data": []}
 

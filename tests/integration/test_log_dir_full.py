@@ -14,7 +14,7 @@ import pytest
 
 from protocol.record_batch import build_batch
 from rawclient import RawClient
-from tests.conftest import BrokerProcess
+from tests.conftest import BrokerProcess, small_tmpfs_at
 
 pytestmark = [pytest.mark.integration]
 
@@ -23,14 +23,9 @@ KAFKA_STORAGE_ERROR = 56
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    """data_dir/logs on a 4 MiB tmpfs (broker.log stays outside it); unmounted at teardown."""
-    logs = tmp_path / "b" / "logs"
-    logs.mkdir(parents=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(logs)], capture_output=True)
-    if r.returncode:
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.decode().strip()}")
-    yield logs
-    subprocess.run(["umount", "-l", str(logs)], capture_output=True)
+    """data_dir/logs on a 4 MiB tmpfs (broker.log stays outside it)."""
+    with small_tmpfs_at(tmp_path / "b" / "logs") as logs:
+        yield logs
 
 
 def _fill(b: BrokerProcess, topic: str, acks: int) -> tuple[dict[int, bytes], list[int]]:
