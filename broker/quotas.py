@@ -65,20 +65,21 @@ class Rate:
             total += (self.samples - 1 - full) * self.window_ms
         return max(total, 1)
 
-    def measure(self, now: int) -> float:
-        """Per second."""
-        self._purge(now)
-        value = sum(s[2] for s in self.slots)
-        return value / (self.window_size(now) / 1000)
+    def measure(self, now: int, window_ms: int | None = None) -> float:
+        """Per second, over `window_ms` when the caller already has window_size(now) (which purges)."""
+        if window_ms is None:
+            window_ms = self.window_size(now)
+        return sum(s[2] for s in self.slots) / (window_ms / 1000)
 
 
 def throttle_time(rate: Rate, bound: float, now: int) -> int:
     """Kafka's QuotaUtils.throttleTime for a rate measured above `bound`: the delay X that brings the observed rate
     O back to the bound T over the window W, O*W/(W+X) = T, so X = (O-T)/T*W; 0 within the quota."""
-    observed = rate.measure(now)
+    window = rate.window_size(now)
+    observed = rate.measure(now, window)
     if observed <= bound:                           # Quota.acceptable (an upper bound)
         return 0
-    return int(round((observed - bound) / bound * rate.window_size(now)))
+    return int(round((observed - bound) / bound * window))
 
 
 def user_of(principal: str) -> str:
