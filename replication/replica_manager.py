@@ -99,7 +99,7 @@ class ReplicaManager:
             self.cleaner.stop()
         t0 = time.monotonic()
         closed = 0
-        unclosed = 0                     # logs whose close failed other than by an I/O error (a bug): no marker
+        unclosed = 0                     # logs whose close failed: no marker
         with deferred_fsyncs():          # one sync(2) instead of ~7 fsyncs per log (storage/log/files.py)
             for (topic, index), part in list(self.partitions.items()):
                 part.closed = True
@@ -110,8 +110,9 @@ class ReplicaManager:
                         part.log.close()
                         closed += 1
                         continue
-                    except OSError as e:     # the dir is offline now (Log.close reported it through log_dir_failed)
+                    except OSError as e:     # Log.close reports its own to log_dir_failed; the WAL's does not
                         log.error("closing %s-%d failed: %s", topic, index, e)
+                        unclosed += 1
                     except Exception:
                         log.exception("closing %s-%d failed", topic, index)
                         unclosed += 1

@@ -268,3 +268,18 @@ def test_an_io_error_creating_a_log_takes_the_dir_offline(tmp_path, monkeypatch)
     with pytest.raises(KafkaStorageError):                 # the other partitions of the dir are offline too
         rm.get("t", 0).read(0, 1 << 20, min_one_message=True)
     rm.shutdown()
+
+
+def test_an_io_error_closing_a_partitions_wal_writes_no_clean_marker(tmp_path):
+    """An OSError while closing that the log does not report (the partition's WAL state): that log was not closed,
+    so the next start must recover it: no clean-shutdown marker."""
+    from replication.replica_manager import CLEAN_SHUTDOWN_FILE
+
+    class FailingWal:
+        def close(self):
+            raise OSError(5, "Input/output error")
+
+    rm, _ = _replica_manager(tmp_path)
+    rm.get("t", 0).wal = FailingWal()
+    rm.shutdown()
+    assert not (tmp_path / "logs" / CLEAN_SHUTDOWN_FILE).exists()
