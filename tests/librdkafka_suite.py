@@ -55,9 +55,10 @@ RAPIDJSON_INCLUDE = CACHE / "rapidjson" / "usr" / "include"
 KAFKA_PATH = CACHE / "kafka-path"
 CONFIGURE_ARGS = ["--enable-ssl", "--disable-gssapi", "--disable-curl", "--disable-zstd", "--disable-lz4-ext",
                   "--enable-zlib", "--disable-syslog"]
-# Fixes to the release's tests made upstream since, applied to the unpacked source before building: (file under
-# tests/, the text, its replacement). Each must match exactly once. All are from librdkafka's commit c96a820
-# ("Additional test fixes", first released in 2.9.0), which made the tests pass against Apache Kafka 4.0 in KRaft mode.
+# Fixes to the release's tests, applied to the unpacked source before building: (file under
+# tests/, the text, its replacement). Each must match exactly once. All but the last are from librdkafka's commit
+# c96a820 ("Additional test fixes", first released in 2.9.0), which made the tests pass against Apache Kafka 4.0 in
+# KRaft mode.
 TEST_PATCHES = [
     # A topic just created may still be unknown to the brokers a new client asks next: test_wait_metadata_update
     # first waits a second (2.8.0 did so only in test_wait_topic_exists). Without it 0081's DescribeConsumerGroups
@@ -130,6 +131,17 @@ TEST_PATCHES = [
                         test_match_authorized_operations(
                             expected_ak4, 5, authorized_operations,
                             authorized_operations_cnt);
+"""),
+    # Not from c96a820: 0061 fails at random on any broker. Statistics are made on librdkafka's main thread and
+    # queued ahead of messages (RD_KAFKA_PRIO_HIGH); a snapshot taken while consume() was handing message N to the
+    # application (popped, stored offset not yet advanced) is served at the next consume(), after the test has
+    # moved calc_lag on, and shows a lag one higher (CI on 2026-11-28: "Stats consumer_lag 13, expected 12", the
+    # broker's LSO unchanged). Such a snapshot is accepted; any other value still fails. Upstream's later 0061
+    # accepts any lag not below the expected one.
+    ("0061-consumer_lag.cpp",
+     """    } else if (consumer_lag != calc_lag)
+""",
+     """    } else if (consumer_lag != calc_lag && consumer_lag != calc_lag + 1)
 """),
 ]
 _PATCHES_SHA256 = hashlib.sha256(repr(TEST_PATCHES).encode()).hexdigest()
