@@ -155,6 +155,7 @@ class Broker:
         self.connections: set[KafkaConnection] = set()
         self._servers: list = []             # per listener: an Acceptor, or the loop's server when no limit is set
         self._reaper: asyncio.Task | None = None
+        self._stall_reaper: asyncio.Task | None = None
         self._jwks_refresh: asyncio.Task | None = None
         self._starting: asyncio.Task | None = None
         # Set when the log dir fails (replication/replica_manager.py log_dir_failed): the process then stops, as Kafka
@@ -379,6 +380,7 @@ class Broker:
             log.info("Strata broker %d listening on %s://%s:%d (%s; cluster %s)", self.node_id, lst.name,
                      lst.host, lst.port, lst.security_protocol, self.cluster_id)
         self._reaper = loop.create_task(self._close_idle_connections())
+        self._stall_reaper = loop.create_task(self._evict_stalled_frames())
         if self.security.jwks_refreshes:
             self._jwks_refresh = loop.create_task(self.security.refresh_jwks())
 
@@ -393,6 +395,28 @@ class Broker:
             cutoff = time.monotonic() - idle
             for conn in [c for c in self.connections if c.last_active < cutoff and not c.queue]:
                 conn.close_quietly(f"idle for more than connections.max.idle.ms={int(idle * 1000)}")
+
+    async def _evict_stalled_frames(self) -> None:
+        """While connections wait for queued.max.request.bytes memory, close those whose partly read frame holds
+        pool memory and has had no byte for queued.max.request.stall.ms (Strata): a frame's declared size is taken
+        from the pool when its length is read (Kafka's accounting, which cannot deadlock), so without this a client
+        that announces large frames and stops sending would stop every connection's reading, inter-broker ones
+        included, until connections.max.idle.ms. A client that keeps sending, however slowly, is never closed, nor one
+        whose reading the broker paused (a quota's mute, a full write buffer): that silence is not the client's."""
+        stall = self.config.get_int("queued.max.request.stall.ms") / 1000
+        pool = self.memory_pool
+        if not pool.bounded or stall <= 0:
+            return
+        while True:
+            await asyncio.sleep(min(1.0, stall / 4))
+            if not pool.waiters:
+                continue
+            cutoff = time.monotonic() - stall
+            for conn in [c for c in self.connections if c.frame_charge and not c.paused and     # not our doing
+                         c.last_active < cutoff and c.reading_since < cutoff]:
+                conn.close("stalled for more than queued.max.request.stall.ms=%d in a %d-byte frame (%d read) "
+                           "while the queued.max.request.bytes pool is empty", int(stall * 1000), conn.frame_size,
+                           len(conn.frame or b""))
 
     async def stop(self) -> None:
         if self._starting is not None:
@@ -413,6 +437,7 @@ class Broker:
             server.close()
         if self._reaper is not None:
             self._reaper.cancel()
+            self._stall_reaper.cancel()
         if self._jwks_refresh is not None:
             self._jwks_refresh.cancel()
         for conn in list(self.connections):

@@ -27,13 +27,15 @@ BROKER_DEFAULTS: dict[str, str] = {
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",
     "socket.request.max.bytes": str(100 * 1024 * 1024),
-    # Connection and request-memory limits (broker/socket_limits.py), Kafka's defaults. queued.max.request.bytes
-    # stays unbounded until a frame is charged as its bytes arrive: charged at its declared size, one client that
-    # announces 100 MiB and stalls would stop every connection's reading, follower fetches and heartbeats included
+    # Connection and request-memory limits (broker/socket_limits.py), Kafka's defaults but for
+    # queued.max.request.bytes: Kafka's is unbounded, Strata's socket.request.max.bytes, the least Kafka accepts
+    # when it is bounded. queued.max.request.stall.ms (Strata) closes a frame that stops arriving while the pool is
+    # empty, so a client that announces large frames and stalls cannot stop every other connection's reading
     "max.connections": "2147483647",
     "max.connections.per.ip": "2147483647",
     "max.connections.per.ip.overrides": "",
-    "queued.max.request.bytes": "-1",
+    "queued.max.request.bytes": str(100 * 1024 * 1024),
+    "queued.max.request.stall.ms": "10000",
     # client quotas (broker/quotas.py): the samples of the rate a client's quota is measured by, Kafka's QuotaConfig
     "quota.window.num": "11",
     "quota.window.size.seconds": "1",

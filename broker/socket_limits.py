@@ -53,12 +53,13 @@ def validate(config) -> None:
     """Kafka's start-up checks (KafkaConfig): the limits are integers >= 0, and max.connections.per.ip may be 0
     only when overrides let some address in. Unlike Kafka, queued.max.request.bytes may be below
     socket.request.max.bytes: a larger request is still read when it is the only one (the pool is not strict)."""
-    for key in ("max.connections", "max.connections.per.ip", "queued.max.request.bytes"):
+    for key in ("max.connections", "max.connections.per.ip", "queued.max.request.bytes",
+                "queued.max.request.stall.ms"):
         try:
             value = config.get_int(key)
         except ValueError:
             raise ValueError(f"{key}={config.get(key)!r} is not an integer") from None
-        if value < 0 and key != "queued.max.request.bytes":
+        if value < 0 and not key.startswith("queued."):
             raise ValueError(f"{key}={value} must be at least 0")
     for key in [k for k in config.props if k.startswith("listener.name.") and k.endswith(".max.connections")]:
         if not config.props[key].strip().isdigit():

@@ -45,9 +45,9 @@ def _flexible(api_key: int, version: int) -> bool:
 
 
 class KafkaConnection(asyncio.Protocol):
-    __slots__ = ("broker", "transport", "size_buf", "frame", "filled", "queue", "peer", "client_host", "paused", "closed",
+    __slots__ = ("broker", "transport", "size_buf", "frame", "frame_size", "queue", "peer", "client_host", "paused", "closed",
                  "corked", "listener", "auth", "principal", "last_active", "quota_ip", "frame_charge", "held", "pool",
-                 "throttle_timer", "write_paused")
+                 "throttle_timer", "write_paused", "reading_since")
 
     def __init__(self, broker, listener=None, quota_ip: str | None = None):
         self.broker = broker
@@ -59,9 +59,10 @@ class KafkaConnection(asyncio.Protocol):
         self.auth: SaslAuthenticator | None = None      # SASL listeners: the connection's authenticator
         self.principal = "User:ANONYMOUS"
         self.last_active = time.monotonic()
+        self.reading_since = 0.0            # monotonic time reading last resumed after a pause of ours
         self.size_buf = bytearray()         # a frame's 4-byte size when it is split across reads
-        self.frame: bytearray | None = None  # the frame being filled, when it spans reads
-        self.filled = 0
+        self.frame: bytearray | None = None  # the frame being filled, when it spans reads: its bytes so far
+        self.frame_size = 0                 # ... and its declared size
         self.queue: deque[list] = deque()   # [done, header, body] in request order
         self.paused = False
         self.closed = False
@@ -132,6 +133,7 @@ class KafkaConnection(asyncio.Protocol):
         if self.paused and not self.closed and len(self.queue) < MAX_IN_FLIGHT and self.held is None and \
                 self.throttle_timer is None and not self.write_paused:
             self.paused = False
+            self.reading_since = time.monotonic()
             self.transport.resume_reading()
 
     def _throttle(self, ms: int) -> None:
@@ -170,8 +172,9 @@ class KafkaConnection(asyncio.Protocol):
 
     # ---- framing ---------------------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        """Cut frames out of the stream with one copy each: a frame that arrives whole is copied out of `data`; a
-        frame that spans reads is filled in place into a buffer of its declared size (no growing receive buffer).
+        """Cut frames out of the stream: a frame that arrives whole is copied out of `data`; a frame that spans
+        reads grows as its bytes come (realloc moves large buffers by remapping, not copying), so a client that
+        announces a large frame and stalls holds only what it sent, not its declared size.
         The replies to every request of one read go out in one write: librdkafka sends one Produce request per
         partition, so with many partitions a read holds many small requests, and a send(2) per reply cost more than
         handling the request."""
@@ -196,11 +199,10 @@ class KafkaConnection(asyncio.Protocol):
         while i < n and not self.closed:
             frame = self.frame
             if frame is not None:                      # filling a frame whose size we know
-                take = min(n - i, len(frame) - self.filled)
-                frame[self.filled:self.filled + take] = mv[i:i + take]
-                self.filled += take
+                take = min(n - i, self.frame_size - len(frame))
+                frame += mv[i:i + take]
                 i += take
-                if self.filled < len(frame):
+                if len(frame) < self.frame_size:
                     return
                 self.frame = None
                 charge, self.frame_charge = self.frame_charge, 0
@@ -235,10 +237,11 @@ class KafkaConnection(asyncio.Protocol):
                 frame = bytearray(mv[i:i + size])
                 i += size
                 self._handle(frame, charge)
-            else:
-                self.frame = bytearray(size)
+            else:                                      # grown as bytes come: a stalled announcement costs little
+                self.frame = bytearray(mv[i:])
+                self.frame_size = size
                 self.frame_charge = charge
-                self.filled = 0
+                return
 
     def _wait_for_memory(self, held: bytes) -> None:
         """The pool is empty: keep what was read (from the frame's size on), stop reading, and queue for memory
