@@ -409,7 +409,7 @@ class Broker:
             return
         while True:
             await asyncio.sleep(min(1.0, stall / 4))
-            if not pool.waiters:
+            if not any(not c.closed for c in pool.waiters):
                 continue
             cutoff = time.monotonic() - stall
             for conn in [c for c in self.connections if c.frame_charge and not c.paused and     # not our doing
