@@ -83,16 +83,40 @@ class ControllerLease:
         the caller keeps trying until `valid()` turns False."""
         if not self.holding:
             return False
-        sent = self.clock()
-        assert self.observed is not None
-        lease = Lease(self.node_id, self.epoch, self.observed.renewal + 1)
-        try:
-            self._etag = await self.store.put_if_match(self.key, _encode(lease), self._etag)
-        except PreconditionFailed:
-            log.warning("controller lease lost: epoch %d was replaced", self.epoch)
-            self.holding = False
+        for look_again in (True, False):
+            sent = self.clock()
+            assert self.observed is not None
+            lease = Lease(self.node_id, self.epoch, self.observed.renewal + 1)
+            try:
+                self._etag = await self.store.put_if_match(self.key, _encode(lease), self._etag)
+            except PreconditionFailed:
+                if look_again and await self._still_ours():
+                    continue
+                log.warning("controller lease lost: epoch %d was replaced", self.epoch)
+                self.holding = False
+                return False
+            self.observed, self._renewed_sent_at = lease, sent
+            return True
+        return False
+
+    async def _still_ours(self) -> bool:
+        """After a refused renewal: whether the lease still names us at our epoch. Then an earlier renewal that was
+        answered with an error (a timeout, a lost 5xx answer) had landed, and the ETag we hold is that of the lease
+        before it. Nobody else writes our node id with our epoch (a take-over raises the epoch, a resignation
+        clears the holder), so nobody has replaced it: adopt what is there and renew from it. Our validity still
+        counts from the last renewal we saw succeed, so acting meanwhile was within the rule."""
+        info = await self.store.head(self.key)
+        if info is None:
             return False
-        self.observed, self._renewed_sent_at = lease, sent
+        try:
+            current = _decode(await self.store.get(self.key))
+        except msgspec.DecodeError:
+            return False
+        if (current.holder, current.epoch) != (self.node_id, self.epoch):
+            return False
+        log.info("controller lease epoch %d: a renewal answered with an error had landed; renewing from it",
+                 self.epoch)
+        self.observed, self._etag = current, info.etag     # changed between the two reads: the renewal is refused
         return True
 
     def abandon(self) -> None:

@@ -255,6 +255,11 @@ class ObjectStoreController:
             while self.lease.valid():
                 await self._catch_up()
                 epoch = self.lease.epoch
+                if (self._image.controller_epoch, self._image.controller_id) == (epoch, self.node_id):
+                    # our LeaderChangeRecord is in: an append answered with an error had landed (only this lease
+                    # holder writes batches of this epoch), so we are active
+                    self._activate(self._image, epoch, publish=False)     # _catch_up published it
+                    return
                 if epoch <= self._image.controller_epoch:          # the log is ahead of the lease: never go back
                     log.error("node %d: lease epoch %d is not above the log's %d; resigning", self.node_id, epoch,
                               self._image.controller_epoch)
@@ -264,12 +269,16 @@ class ObjectStoreController:
                     new = await self.log.append(self._image, epoch, [LeaderChangeRecord(self.node_id, epoch)])
                 except PreconditionFailed:
                     continue                                        # a late batch of the old controller: re-read
-                self.active = True
-                self._reread = False
-                self._publish(new)
-                log.info("node %d is the active controller, epoch %d, at offset %d", self.node_id, epoch, new.offset)
+                self._activate(new, epoch)
                 return
             self._step_down("the lease lapsed before the log could be read")
+
+    def _activate(self, image: MetadataImage, epoch: int, publish: bool = True) -> None:
+        self.active = True
+        self._reread = False
+        if publish:
+            self._publish(image)
+        log.info("node %d is the active controller, epoch %d, at offset %d", self.node_id, epoch, image.offset)
 
     def _step_down(self, why: str) -> None:
         log.warning("node %d steps down as controller (epoch %d): %s", self.node_id, self.lease.epoch, why)

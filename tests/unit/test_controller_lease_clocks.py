@@ -6,7 +6,8 @@ the holder's clock. So the holder always stops first as long as no candidate's c
 the holder's (0.75 * timeout of the holder's time passes before timeout of the candidate's). Here three nodes share a
 store in simulated time; each node's clock has its own offset and rate, each store request takes a random delay
 (between the clock read and the write landing), nodes act in a random order and may stay silent for long stretches
-(a pause, a cut link). After every step: at most one node may act as controller (`valid()`), and a node that may
+(a pause, a cut link); some writes land but their answer is lost (the writer sees an error, as with a timeout or
+a 5xx after S3 applied the write). After every step: at most one node may act as controller (`valid()`), and a node that may
 act still holds the epoch the store's lease names. With rates within 4:3 the invariant holds for every schedule;
 with a wider skew the same search finds schedules that break it, which shows the test can fail and the bound
 matters.
@@ -21,7 +22,7 @@ from datetime import datetime, timezone
 import pytest
 
 from metadata.controller_lease import ControllerLease, _decode
-from storage.objectstore.object_store import ObjectInfo, PreconditionFailed
+from storage.objectstore.object_store import ObjectInfo, ObjectStoreError, PreconditionFailed
 
 TIMEOUT = 2.0
 SEED = int(os.environ.get("STRATA_LEASE_SEED", "20261127"))
@@ -61,12 +62,16 @@ class SimulatedStore:
 
     def _put(self, data: bytes) -> str:
         self.data, self.etag = bytes(data), self.etag + 1
+        if self.world.rng.random() < self.world.lost_answers:
+            raise ObjectStoreError("the write landed but its answer was lost")
         return str(self.etag)
 
 
 class World:
-    def __init__(self, rates: list[float], offsets: list[float], delays: list[float]):
+    def __init__(self, rates: list[float], offsets: list[float], delays: list[float], lost_answers: float = 0.0,
+                 seed: int = 0):
         self.real = 0.0
+        self.lost_answers, self.rng = lost_answers, random.Random(seed)
         self.delays, self.next_delay = delays, 0
         self.store = SimulatedStore(self)
         self.nodes = [ControllerLease(self.store, KEY, i + 1, TIMEOUT,
@@ -91,13 +96,16 @@ async def play(world: World, steps) -> None:
     for node, wait in steps:
         world.real += wait
         lease = world.nodes[node]
-        if lease.holding:
-            if lease.valid():
-                await lease.renew()
+        try:
+            if lease.holding:
+                if lease.valid():
+                    await lease.renew()
+                else:
+                    lease.abandon()          # what the controller does once valid() turns False
             else:
-                lease.abandon()          # what the controller does once valid() turns False
-        else:
-            await lease.campaign()
+                await lease.campaign()
+        except ObjectStoreError:
+            pass                             # the controller's loop logs it and tries again at its next turn
         world.check()
 
 
@@ -114,8 +122,9 @@ def search(max_rate_ratio: float, schedules: int, seed: int) -> list[str]:
         # just before or after one), where the rule is decided
         steps = [(rng.randrange(3), rng.choice([rng.uniform(0, 0.3), rng.uniform(1.0, 2.1), rng.uniform(0, 3)]))
                  for _ in range(rng.randint(5, 60))]
+        lost = rng.choice([0.0, 0.0, 0.3])
         try:
-            asyncio.run(play(World(rates, offsets, delays), steps))
+            asyncio.run(play(World(rates, offsets, delays, lost, rng.randrange(1 << 30)), steps))
         except AssertionError as e:
             found.append(f"rates {rates}: {e}")
     return found

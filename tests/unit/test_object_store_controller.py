@@ -127,6 +127,36 @@ async def test_a_resigned_lease_is_taken_at_once_and_a_restarted_holder_takes_it
     assert not await b.renew()
 
 
+async def test_a_renewal_answered_with_an_error_that_landed_does_not_lose_the_lease(store):
+    """The store applies a renewal but its answer is lost (a timeout, a 5xx): the holder's next renewal, sent with
+    the ETag from before it, is refused. The lease still names the holder at its epoch, so nobody took it over: the
+    holder keeps it (it used to step down and campaign again, a needless failover). A candidate still cannot take
+    it, and a lease that really was taken over is still given up."""
+    from storage.objectstore.faulty import FaultyObjectStore
+    from storage.objectstore.object_store import ObjectStoreError
+    faulty = FaultyObjectStore(store, seed=3)
+    clock1, clock2 = Clock(), Clock()
+    holder = ControllerLease(faulty, "lease", 1, timeout=2.0, clock=clock1)
+    candidate = ControllerLease(store, "lease", 2, timeout=2.0, clock=clock2)
+    assert await holder.campaign() and holder.epoch == 1
+    assert not await candidate.campaign()
+    faulty.faults.put_if_match_error_rate = 1.0
+    faulty.faults.put_if_match_after_write = 1.0
+    clock1.now += 0.5
+    with pytest.raises(ObjectStoreError):
+        await holder.renew()
+    assert faulty.injected[("put_if_match", "after")] == 1
+    faulty.faults.put_if_match_error_rate = 0.0
+    clock1.now += 0.5
+    assert await holder.renew() and holder.holding and holder.valid() and holder.epoch == 1
+    clock2.now += 1.9
+    assert not await candidate.campaign()                  # the renewals changed the ETag: its timer restarted
+    # a real take-over is still noticed: the candidate's clock runs out while the holder is paused
+    clock2.now += 2.1
+    assert await candidate.campaign() and candidate.epoch == 2
+    assert not await holder.renew() and not holder.holding
+
+
 # ---- the controller ----------------------------------------------------------------------------------------------
 async def test_failover_fences_the_deposed_controller_and_followers_apply_in_order(make_store):
     timeout = 1.0
@@ -228,6 +258,35 @@ async def test_records_that_do_not_apply_are_refused_before_anything_is_written(
         await c.run(append_op([PartitionRecord(uuid.uuid4().hex, 0, [1], [1], 1)]))
     assert len(await list_all(store, "metadata/log/")) == before and c.active
     await c.stop()
+
+
+async def test_a_leader_change_append_answered_with_an_error_that_landed_still_makes_the_node_active(store):
+    """The new controller's LeaderChangeRecord lands but the store's answer is an error. Its next try finds its
+    own record (its epoch, its node id) at the end of the log: it is active at that epoch. It used to take the
+    log for being ahead of its lease, resign, and make the cluster elect again."""
+    from storage.objectstore.faulty import FaultyObjectStore
+    from storage.objectstore.object_store import ObjectStoreError
+    faulty = FaultyObjectStore(store, seed=5)
+    controller = ObjectStoreController(faulty, 1, lease_timeout=30.0, poll_interval=0.05)
+    await controller.load()
+    try:
+        assert await controller.lease.campaign() and controller.lease.epoch == 1
+        faulty.faults.put_if_absent_error_rate = 1.0
+        faulty.faults.put_if_absent_after_write = 1.0
+        with pytest.raises(ObjectStoreError):
+            await controller.campaign()
+        assert not controller.active
+        faulty.faults.put_if_absent_error_rate = 0.0
+        assert await controller.campaign()
+        assert controller.lease.holding and controller.lease.epoch == 1
+        assert (controller.image.controller_id, controller.image.controller_epoch) == (1, 1)
+        reader = ObjectStoreMetadataLog(store)
+        image = (await reader.load()).image
+        assert (image.controller_id, image.controller_epoch, image.offset) == (1, 1, controller.image.offset)
+        await controller.run(append_op(topic("after")))            # and it can write
+        assert controller.image.get("after") is not None
+    finally:
+        await controller.stop()
 
 
 async def test_start_waits_for_a_store_that_answers_503_instead_of_failing(store, caplog):
