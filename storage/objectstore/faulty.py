@@ -59,6 +59,7 @@ FIELDS: dict[str, float] = {
     "backoff_ms": 100.0,      # S3ObjectStore's retry_base_delay / retry_max_delay, between attempts
     "backoff_max_ms": 5000.0,
     "start_after_ms": 0.0,    # a faithful store for this long after it was made (lets a broker process start up)
+    "stop_after_ms": 0.0,     # and again from this long after it was made (0: never): a fault that heals
 }
 _SHARES = {"error_rate", "slowdown_share", "timeout_rate", "conflict_rate", "cut_rate", "short_rate", "after_write"}
 _BY_LENGTH = sorted(KINDS, key=len, reverse=True)      # put_if_absent_x must not parse as put + if_absent_x
@@ -288,7 +289,8 @@ class FaultyObjectStore:
         self.requests[kind] += 1
         g = self.faults.get
         u_jitter, u_fault, u_code, u_after, u_cut = (rng.random() for _ in range(5))
-        if time.monotonic() - self._made < g(kind, "start_after_ms") / 1000:
+        age, stop = time.monotonic() - self._made, g(kind, "stop_after_ms") / 1000
+        if age < g(kind, "start_after_ms") / 1000 or 0 < stop <= age:
             return await self._inner(kind, call)
         delay = g(kind, "latency_ms") + u_jitter * g(kind, "jitter_ms")
         if delay > 0:

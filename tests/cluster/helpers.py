@@ -46,6 +46,7 @@ class AckedProducer:
         self.topic = topic
         self.acked: dict[int, int] = {}              # value -> offset
         self.failed = 0
+        self.errors: list[str] = []                  # the first few delivery errors, for the failure message
         self._stop = threading.Event()
         self._p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                             "linger.ms": 5, "message.timeout.ms": 60000})
@@ -56,6 +57,8 @@ class AckedProducer:
             self.acked[int(msg.value())] = msg.offset()
         else:
             self.failed += 1
+            if len(self.errors) < 5:
+                self.errors.append(str(err))
 
     def _run(self) -> None:
         i = 0
@@ -86,7 +89,7 @@ class AckedProducer:
 
 def read_back_once_in_order(cluster, topic_name: str, prod: AckedProducer) -> None:
     """Every record `prod` got acknowledged is read back exactly once, at its acknowledged offset, in order."""
-    assert prod.failed == 0
+    assert prod.failed == 0, f"{prod.failed} sends failed: {prod.errors}"
     got = consume_all(cluster.bootstrap, topic_name, len(prod.acked))
     offsets = [m.offset() for m in got]
     assert offsets == sorted(offsets)                                       # in order

@@ -311,6 +311,12 @@ async def test_faults_change_at_run_time_and_reject_typos():
     await asyncio.sleep(0.35)
     with pytest.raises(ObjectStoreError):
         await late.put("k", b"v")
+    # stop_after_ms: failing at first, faithful from then on (a fault that heals).
+    healing = FaultyObjectStore(MemoryStore(), 4, error_rate=1, stop_after_ms=300)
+    with pytest.raises(ObjectStoreError):
+        await healing.put("k", b"v")
+    await asyncio.sleep(0.35)
+    await healing.put("k", b"v")
     # A listing is one request per page: a fault can end it after earlier pages came through.
     small = FaultyObjectStore(MemoryStore(), 4, list_page_size=2)
     for k in "abcde":
