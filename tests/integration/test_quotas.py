@@ -173,3 +173,64 @@ def test_a_quota_capped_fetch_does_not_wait_for_min_bytes(make_broker, topic_nam
                     break
             time.sleep(resp.throttle_time.total_seconds())
         assert got, f"no records in 5 fetches (throttle times {throttles})"
+
+
+def test_a_broker_client_id_escapes_quotas_only_with_cluster_action(make_broker, topic_name):
+    """Other brokers' writes are never throttled, but a client id like theirs does not make a client a broker: the
+    principal needs CLUSTER_ACTION too. With an authorizer that lets everyone do what no ACL names, a producer with
+    client id strata-broker-9 and a 100 KiB/s quota is not throttled; once an ACL denies User:ANONYMOUS
+    CLUSTER_ACTION, the same producer is held to the quota."""
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
+                                       ResourcePatternType, ResourceType)
+    b = make_broker({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                     "allow.everyone.if.no.acl.found": "true", "quota.window.num": "2",
+                     "quota.window.size.seconds": "1"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(timeout=30)
+    r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "strata-broker-9", "--add-config",
+                f"producer_byte_rate={QUOTA}")
+    assert r.returncode == 0, r.stderr
+    exempt, exempt_throttles = produce_for(b, topic_name, "strata-broker-9", 1.5)
+    assert exempt > 5 * QUOTA and not exempt_throttles, f"exempt producer at {exempt / 1024:.0f} KiB/s"
+    deny = AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                      AclOperation.CLUSTER_ACTION, AclPermissionType.DENY)
+    admin.create_acls([deny])[deny].result(timeout=30)
+    time.sleep(2.5)                       # the exempt producer's samples (2 windows of 1 s) age out
+    held, throttles = produce_for(b, topic_name, "strata-broker-9", SECONDS)
+    assert held < 2 * QUOTA and throttles, f"producer without CLUSTER_ACTION at {held / 1024:.0f} KiB/s"
+
+
+def test_acks_0_produce_is_outside_the_request_quota(make_broker, topic_name):
+    """Kafka leaves acks=0 produce out of request_percentage (no response to carry a throttle time): with almost no
+    handling time allowed, an acks=1 producer gets a few requests a second through, an acks=0 producer of the same
+    client id is not held."""
+    from tests.integration.rawclient import RawClient
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "busy", "--add-config",
+                "request_percentage=0.01")
+    assert r.returncode == 0, r.stderr
+
+    def sent(acks: str, seconds: float) -> int:
+        with RawClient(b.bootstrap) as c:
+            before = c.fetch_partition(topic_name, 0, 0, max_bytes=1).high_watermark
+        p = Producer({"bootstrap.servers": b.bootstrap, "client.id": "busy", "acks": acks, "linger.ms": 0,
+                      "enable.idempotence": False, "max.in.flight.requests.per.connection": 1})
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                p.produce(topic_name, MESSAGE)
+            except BufferError:
+                pass
+            p.poll(0.001)
+        p.purge(in_queue=True, in_flight=False)
+        p.flush(10)
+        time.sleep(0.5)
+        with RawClient(b.bootstrap) as c:
+            return c.fetch_partition(topic_name, 0, 0, max_bytes=1).high_watermark - before
+
+    produce_for(b, topic_name, "warm", 0.5)   # creates the topic
+    with_acks = sent("1", 2.0)
+    time.sleep(2.5)
+    without = sent("0", 2.0)
+    print(f"acks=0: {without} records, acks=1: {with_acks}")
+    assert without > 5 * with_acks, f"acks=0: {without} records, acks=1: {with_acks}"
