@@ -30,7 +30,7 @@ from typing import Any
 from metadata.controller import Operation, Publisher
 from metadata.controller_lease import ControllerLease
 from metadata.image import MetadataImage
-from metadata.object_store_log import ObjectStoreMetadataLog
+from metadata.object_store_log import ObjectStoreMetadataLog, ReplayInterrupted
 from metadata.records import LeaderChangeRecord
 from storage.objectstore.object_store import ObjectStore, ObjectStoreError, PreconditionFailed, until_answered
 
@@ -65,6 +65,7 @@ class ObjectStoreController:
         self._queue: deque[tuple[Operation, asyncio.Future]] = deque()
         self._worker: asyncio.Task | None = None
         self._reread = False                   # an append failed ambiguously: read the log before the next one
+        self._loading: MetadataImage | None = None   # start-up replay so far, kept across store errors
         self._closed = False                   # stopped: no operation runs any more
         self._task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
@@ -189,8 +190,17 @@ class ObjectStoreController:
 
     # ---- lifecycle -----------------------------------------------------------------------------------------------
     async def load(self) -> None:
-        """Read the log to its end (the newest snapshot, then every batch after it) and publish that image."""
-        self._publish((await self.log.load()).image)
+        """Read the log to its end (the newest snapshot, then every batch after it) and publish that image. A store
+        error keeps what was read: the next call goes on from there."""
+        if self._loading is None:
+            self._loading = await self.log.load_start()
+        try:
+            replayed = await self.log.catch_up(self._loading)
+        except ReplayInterrupted as e:
+            self._loading = e.replayed.image
+            raise
+        self._loading = None
+        self._publish(replayed.image)
 
     async def campaign(self) -> bool:
         """One round of the election: take the lease if it is free or lapsed, then become active (read to the end
@@ -200,7 +210,8 @@ class ObjectStoreController:
         return self.active
 
     async def start(self) -> None:
-        await until_answered(self.load, f"node {self.node_id}: reading the metadata log", log)
+        await until_answered(self.load, f"node {self.node_id}: reading the metadata log", log,
+                             progress=lambda: self._loading.offset if self._loading is not None else -1)
         log.info("node %d: metadata log at offset %d (controller %d, epoch %d)", self.node_id, self._image.offset,
                  self._image.controller_id, self._image.controller_epoch)
         self._task = asyncio.create_task(self._run(), name=f"controller-{self.node_id}")

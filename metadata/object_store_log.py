@@ -34,7 +34,7 @@ import msgspec
 
 from metadata.image import MetadataImage
 from metadata.records import MetadataBatch, MetadataSnapshot
-from storage.objectstore.object_store import ObjectNotFound, ObjectStore, PreconditionFailed
+from storage.objectstore.object_store import ObjectNotFound, ObjectStore, ObjectStoreError, PreconditionFailed
 
 log = logging.getLogger("strata.metadata_log")
 
@@ -51,6 +51,15 @@ class CorruptMetadataError(Exception):
 class Replayed:
     image: MetadataImage
     skipped: int                     # batches skipped because a higher controller epoch came before them
+
+
+class ReplayInterrupted(ObjectStoreError):
+    """A store error in the middle of a replay; `replayed` is the image as far as it got, so the reader can go on
+    from there instead of from the start (a store failing one request in two still lets a long log load)."""
+
+    def __init__(self, cause: ObjectStoreError, replayed: Replayed):
+        super().__init__(str(cause), retriable=cause.retriable)
+        self.replayed = replayed
 
 
 class ObjectStoreMetadataLog:
@@ -116,26 +125,35 @@ class ObjectStoreMetadataLog:
 
     async def load(self) -> Replayed:
         """The image at the end of the log: the newest snapshot, then every batch after it."""
+        return await self.catch_up(await self.load_start())
+
+    async def load_start(self) -> MetadataImage:
+        """Where a replay from scratch starts: the newest snapshot, or the empty image."""
         snap = await self.latest_snapshot_offset()
-        image = await self.read_snapshot(snap) if snap >= 0 else MetadataImage()
-        return await self.catch_up(image)
+        return await self.read_snapshot(snap) if snap >= 0 else MetadataImage()
 
     async def catch_up(self, image: MetadataImage) -> Replayed:
         """Apply every batch after `image`, in chain order, until the next one does not exist yet. If the next batch
-        was deleted below a newer snapshot (this reader fell behind a truncation), continue from that snapshot."""
+        was deleted below a newer snapshot (this reader fell behind a truncation), continue from that snapshot. A
+        store error raises ReplayInterrupted with what was applied so far."""
         skipped = 0
         while True:
             key = self.batch_key(image.offset + 1)
             try:
-                data = await self.store.get(key)
-            except ObjectNotFound:
-                snap = await self.latest_snapshot_offset()
-                if snap > image.offset:
-                    log.info("metadata log: batch %d is gone, continuing from the snapshot at %d", image.offset + 1,
-                             snap)
-                    image = await self.read_snapshot(snap)
-                    continue
-                return Replayed(image, skipped)
+                try:
+                    data = await self.store.get(key)
+                except ObjectNotFound:
+                    snap = await self.latest_snapshot_offset()
+                    if snap > image.offset:
+                        log.info("metadata log: batch %d is gone, continuing from the snapshot at %d",
+                                 image.offset + 1, snap)
+                        image = await self.read_snapshot(snap)
+                        continue
+                    return Replayed(image, skipped)
+            except ObjectStoreError as e:
+                if isinstance(e, ReplayInterrupted):
+                    raise
+                raise ReplayInterrupted(e, Replayed(image, skipped)) from e
             try:
                 batch = _batch_decoder.decode(data)
             except (msgspec.DecodeError, msgspec.ValidationError) as e:

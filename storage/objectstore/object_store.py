@@ -109,18 +109,22 @@ _INT_OPTIONS = {"multipart_threshold", "part_size", "max_concurrency", "max_atte
 _FLOAT_OPTIONS = {"retry_base_delay", "retry_max_delay", "connect_timeout", "read_timeout"}
 
 
-async def until_answered(call, what: str, log, max_delay: float = 5.0):
+async def until_answered(call, what: str, log, max_delay: float = 5.0, progress=None):
     """`await call()` until the store answers: a retriable error (outage, throttling, timeout) is logged and tried
     again with a doubling backoff, anything else is raised. For start-up reads a process cannot do without (the
-    cluster id, the metadata log): as a Kafka broker waits for its quorum, rather than exiting on one 503."""
+    cluster id, the metadata log): as a Kafka broker waits for its quorum, rather than exiting on one 503. A call
+    that resumes where it failed passes `progress()`: while that moves, the backoff starts again from its least."""
     import asyncio
     delay = 0.1
+    mark = progress() if progress is not None else None
     while True:
         try:
             return await call()
         except ObjectStoreError as e:
             if not e.retriable:
                 raise
+            if progress is not None and (now := progress()) != mark:
+                mark, delay = now, 0.1
             log.warning("%s: the object store did not answer (%s); trying again in %.1fs", what, e, delay)
         await asyncio.sleep(delay)
         delay = min(delay * 2, max_delay)

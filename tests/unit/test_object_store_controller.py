@@ -306,3 +306,22 @@ async def test_start_waits_for_a_store_that_answers_503_instead_of_failing(store
         assert "the object store did not answer" in caplog.text
     finally:
         await controller.stop()
+
+
+async def test_start_reads_a_long_log_from_a_store_that_fails_every_other_request(store):
+    """40 batches; the store answers 500/503 to half of its requests and does not retry. Start-up goes on from the
+    last batch it read after each error: it used to replay from the start, so it needed 40 answers in a row and
+    never finished."""
+    from storage.objectstore.faulty import FaultyObjectStore
+    writer = ObjectStoreMetadataLog(store)
+    image = await writer.append(MetadataImage(), 1, [LeaderChangeRecord(1, 1)])
+    for i in range(39):
+        image = await writer.append(image, 1, topic(f"t{i}", 1))
+    faulty = FaultyObjectStore(store, seed=11, error_rate=0.5)
+    controller = ObjectStoreController(faulty, 2, lease_timeout=30.0, poll_interval=0.05, controller_role=False)
+    try:
+        await asyncio.wait_for(controller.start(), 30)
+        assert controller.image.offset == image.offset and controller.image.get("t38") is not None
+        assert faulty.injected[("get", "503")] + faulty.injected[("get", "500")] >= 10
+    finally:
+        await controller.stop()
