@@ -20,3 +20,21 @@ def write_results(doc: Path, begin: str, end: str, block: str, section: str = ""
         doc.write_text(text[:i] + added + "\n" + text[i:])
     else:
         doc.write_text(text.rstrip("\n") + "\n\n" + added)
+
+
+def seconds_main(script: str, run, table, doc: Path, begin: str, end: str, section: str) -> None:
+    """The command line of a benchmark measured for `--seconds` per phase: print `table(run(seconds))`, and with
+    `--write` put it in `doc` between the markers, with the command and the date."""
+    import argparse
+    import os
+    import time
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    t = table(run(args.seconds))
+    print(t)
+    if args.write:
+        block = f"{begin}\n{t}\n\n(`bench/{script} --seconds {args.seconds:g}`, {time.strftime('%Y-%m-%d')}, " \
+                f"{os.cpu_count()} cores)\n{end}"
+        write_results(doc, begin, end, block, section)

@@ -21,8 +21,6 @@ The broker's resident memory (VmRSS) is sampled every 50 ms; the peak of each ph
 """
 from __future__ import annotations
 
-import argparse
-import os
 import socket
 import struct
 import subprocess
@@ -36,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchdoc import write_results  # noqa: E402
+from benchdoc import seconds_main  # noqa: E402
 from tests.conftest import BrokerProcess  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -256,19 +254,5 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument("--write", action="store_true")
-    args = ap.parse_args()
-    rows = run(args.seconds)
-    t = table(rows)
-    print(t)
-    if args.write:
-        block = f"{BEGIN}\n{t}\n\n(`bench/overload.py --seconds {args.seconds:g}`, {time.strftime('%Y-%m-%d')}, " \
-                f"{os.cpu_count()} cores)\n{END}"
-        write_results(DOC, BEGIN, END, block, "## Overload (issue 26)\n\n")
-
-
 if __name__ == "__main__":
-    main()
+    seconds_main("overload.py", run, table, DOC, BEGIN, END, "## Overload (issue 26)\n\n")

@@ -13,11 +13,8 @@ shipping WAL objects (strata_wal_mode at the end).
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -26,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))                 # tests/cluster/test_wal.py imports its fixtures so
 
-from benchdoc import write_results  # noqa: E402
+from benchdoc import seconds_main  # noqa: E402
 from overload import latencies, pct  # noqa: E402
 from tests.cluster.conftest import Cluster  # noqa: E402
 from tests.cluster.helpers import create  # noqa: E402
@@ -92,19 +89,9 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument("--write", action="store_true")
-    args = ap.parse_args()
-    rows = [phase(ms, args.seconds) for ms in LATENCIES_MS]
-    t = table(rows)
-    print(t)
-    if args.write:
-        block = f"{BEGIN}\n{t}\n\n(`bench/slow_store.py --seconds {args.seconds:g}`, {time.strftime('%Y-%m-%d')}, " \
-                f"{os.cpu_count()} cores)\n{END}"
-        write_results(DOC, BEGIN, END, block, "## Slow object store (issue 26)\n\n")
+def run(seconds: float) -> list[dict]:
+    return [phase(ms, seconds) for ms in LATENCIES_MS]
 
 
 if __name__ == "__main__":
-    main()
+    seconds_main("slow_store.py", run, table, DOC, BEGIN, END, "## Slow object store (issue 26)\n\n")
