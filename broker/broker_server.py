@@ -14,7 +14,7 @@ from broker.groups.classic.group_coordinator import GroupCoordinator
 from broker.handlers import load_handlers
 from broker.socket_limits import ConnectionQuotas, RequestMemoryPool, SocketLimitsCollector
 from broker.quotas import ClientQuotas
-from broker.socket_server import KafkaConnection, listen
+from broker.socket_server import MAX_IN_FLIGHT, KafkaConnection, listen
 from broker.metadata_publisher import MetadataPublisher
 from broker.topic_admin import create_through_controller, place, topic_records
 from broker.broker_lifecycle import BrokerLifecycle
@@ -402,7 +402,8 @@ class Broker:
         from the pool when its length is read (Kafka's accounting, which cannot deadlock), so without this a client
         that announces large frames and stops sending would stop every connection's reading, inter-broker ones
         included, until connections.max.idle.ms. A client that keeps sending, however slowly, is never closed, nor one
-        whose reading the broker paused (a quota's mute, a full write buffer): that silence is not the client's."""
+        whose reading the broker paused on its own account (a quota's mute, MAX_IN_FLIGHT requests being handled):
+        that silence is not the client's. One paused because it does not read its answers is."""
         stall = self.config.get_int("queued.max.request.stall.ms") / 1000
         pool = self.memory_pool
         if not pool.bounded or stall <= 0:
@@ -412,11 +413,12 @@ class Broker:
             if not any(not c.closed for c in pool.waiters):
                 continue
             cutoff = time.monotonic() - stall
-            for conn in [c for c in self.connections if c.frame_charge and not c.paused and     # not our doing
-                         c.last_active < cutoff and c.reading_since < cutoff]:
+            for conn in [c for c in self.connections if c.frame_charge and c.last_active < cutoff and
+                         c.reading_since < cutoff and c.throttle_timer is None and len(c.queue) < MAX_IN_FLIGHT]:
                 conn.close("stalled for more than queued.max.request.stall.ms=%d in a %d-byte frame (%d read) "
                            "while the queued.max.request.bytes pool is empty", int(stall * 1000), conn.frame_size,
                            len(conn.frame or b""))
+                conn.transport.abort()          # its unsent replies are not worth holding the socket for
 
     async def stop(self) -> None:
         if self._starting is not None:

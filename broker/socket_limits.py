@@ -14,6 +14,7 @@ from collections import deque
 from broker.security.listeners import listener_setting
 
 INT_MAX = 2**31 - 1
+SMALL_FRAME = 64 * 1024      # frames up to this size never wait for the request memory pool (RequestMemoryPool)
 
 
 def parse_ip_overrides(text: str) -> dict[str, int]:
@@ -174,7 +175,9 @@ class RequestMemoryPool:
     one. A connection whose allocation fails stops reading (Kafka mutes the channel) and waits in FIFO order; it
     is woken when memory comes back, before any connection that did not wait (so a few busy clients cannot starve
     the others; Kafka shuffles its read order for the same reason). Nothing is dropped or failed. `size` <= 0:
-    unbounded, as Kafka's -1."""
+    unbounded, as Kafka's -1. Unlike Kafka's, a frame of at most SMALL_FRAME bytes is always let in (and charged):
+    heartbeats, fetch and metadata requests never queue behind large produce frames, so clients that announce
+    large frames and stall cannot hold up the cluster's own traffic while queued.max.request.stall.ms runs."""
 
     __slots__ = ("size", "available", "waiters", "_wake_scheduled", "_waking", "depleted_since", "depleted_seconds")
 
@@ -192,7 +195,7 @@ class RequestMemoryPool:
         return self.size > 0
 
     def try_allocate(self, n: int) -> bool:
-        if self.size <= 0 or (self.available > 0 and (not self.waiters or self._waking)):
+        if self.size <= 0 or n <= SMALL_FRAME or (self.available > 0 and (not self.waiters or self._waking)):
             self.available -= n
             return True
         if self.available <= 0 and self.depleted_since is None:

@@ -106,9 +106,15 @@ class KafkaConnection(asyncio.Protocol):
             self.throttle_timer = None
         self.broker.connections.discard(self)
         self.release_quota()
-        if self.frame_charge:               # a frame cut short by the close
+        self._drop_frame()
+
+    def _drop_frame(self) -> None:
+        """A frame cut short by a close gives its pool memory back at once: the transport may wait to flush
+        replies before connection_lost, and a client that does not read them would hold the charge for ever."""
+        if self.frame_charge:
             self.frame, charge, self.frame_charge = None, self.frame_charge, 0
             self.pool.release(charge)
+        self.frame = None
         self.held = None
 
     def release_quota(self) -> None:
@@ -160,6 +166,7 @@ class KafkaConnection(asyncio.Protocol):
             self._uncork()
             log.debug("closing connection from %s: %s", self.peer, reason)
             self.closed = True
+            self._drop_frame()
             self.transport.close()
 
     def close(self, reason: str, *args) -> None:
@@ -168,6 +175,7 @@ class KafkaConnection(asyncio.Protocol):
             self._uncork()
             _CLOSE_LOG.log("closing connection from %s: " + reason, self.peer, *args)
             self.closed = True
+            self._drop_frame()
             self.transport.close()
 
     # ---- framing ---------------------------------------------------------------------------------------------

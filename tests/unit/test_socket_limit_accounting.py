@@ -10,7 +10,7 @@ import pytest
 from broker.config import BrokerConfig
 from broker.log_limits import RateLimitedLog
 from broker.security.listeners import ListenerConfig
-from broker.socket_limits import ConnectionQuotas, RequestMemoryPool, parse_ip_overrides, validate
+from broker.socket_limits import SMALL_FRAME, ConnectionQuotas, RequestMemoryPool, parse_ip_overrides, validate
 
 
 class Clock:
@@ -59,7 +59,8 @@ def test_rate_limited_log_is_silent_below_its_level(caplog):
 
 
 async def test_memory_pool_lets_one_allocation_overshoot_and_wakes_waiters_in_order():
-    pool = RequestMemoryPool(100)
+    u = SMALL_FRAME                                       # sizes in units above which frames can wait
+    pool = RequestMemoryPool(100 * u)
     woken = []
 
     class Conn:
@@ -74,20 +75,22 @@ async def test_memory_pool_lets_one_allocation_overshoot_and_wakes_waiters_in_or
             else:
                 pool.wait(self)
 
-    assert pool.try_allocate(250)                         # larger than the pool, taken while anything is left
-    assert pool.available == -150 and pool.used() == 250
-    a, b, c = Conn("a", 10), Conn("b", 10), Conn("c", 200)
+    assert pool.try_allocate(250 * u)                     # larger than the pool, taken while anything is left
+    assert pool.available == -150 * u and pool.used() == 250 * u
+    a, b, c = Conn("a", 10 * u), Conn("b", 10 * u), Conn("c", 200 * u)
     for conn in (a, b, c):
         assert not pool.try_allocate(conn.size)
         pool.wait(conn)
     assert pool.depleted_since is not None
-    pool.release(250)
-    assert not pool.try_allocate(1), "a newcomer does not jump the queue"
+    assert pool.try_allocate(u), "a small frame (a heartbeat, a fetch request) never waits"
+    pool.release(u)
+    pool.release(250 * u)
+    assert not pool.try_allocate(2 * u), "a newcomer does not jump the queue"
     await asyncio.sleep(0)
-    assert woken == ["a", "b", "c"] and pool.available == 100 - 220
+    assert woken == ["a", "b", "c"] and pool.available == 100 * u - 220 * u
     for n in (10, 10, 200):
-        pool.release(n)
-    assert pool.available == 100 and pool.used() == 0 and pool.depleted_seconds > 0
+        pool.release(n * u)
+    assert pool.available == 100 * u and pool.used() == 0 and pool.depleted_seconds > 0
 
 
 def test_unbounded_memory_pool_never_refuses():
