@@ -16,6 +16,7 @@ append meanwhile is refused by the metadata log (metadata/object_store_log.py), 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import Callable
 
@@ -30,6 +31,8 @@ class Lease(msgspec.Struct, array_like=True):
     holder: int                  # node id of the active controller, -1 after a resignation
     epoch: int                   # the controller epoch: every metadata batch carries it
     renewal: int = 0             # changes the content (and so the ETag) at every renewal
+    writer: int = 0              # the writing process's random id: a lease object that lost its epoch history
+                                 # (deleted, undecodable) starts again at epoch 1, so (holder, epoch) alone may repeat
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -41,6 +44,7 @@ class ControllerLease:
                  clock: Callable[[], float] = time.monotonic):
         self.store, self.key, self.node_id, self.timeout, self.clock = store, key, node_id, timeout, clock
         self.epoch = 0                        # ours while we hold it
+        self.writer = random.getrandbits(62) | 1    # this process's id in what it writes (Lease.writer)
         self.holding = False
         self.observed: Lease | None = None    # the lease as last read
         self._etag: str | None = None         # ETag of what we last read or wrote
@@ -63,7 +67,7 @@ class ControllerLease:
         now = self.clock()
         info = await self.store.head(self.key)
         if info is None:
-            return await self._write(Lease(self.node_id, 1), None, now)
+            return await self._write(Lease(self.node_id, 1, writer=self.writer), None, now)
         if info.etag != self._etag:
             self._etag, self._seen_at = info.etag, now
             try:
@@ -76,7 +80,7 @@ class ControllerLease:
         elif now - self._seen_at < self.timeout:
             return False
         current = self.observed or Lease(-1, 0)
-        return await self._write(Lease(self.node_id, current.epoch + 1), info.etag, now)
+        return await self._write(Lease(self.node_id, current.epoch + 1, writer=self.writer), info.etag, now)
 
     async def renew(self) -> bool:
         """Extend our lease; False (and we no longer hold it) if someone else replaced it. Store errors propagate:
@@ -86,7 +90,7 @@ class ControllerLease:
         for look_again in (True, False):
             sent = self.clock()
             assert self.observed is not None
-            lease = Lease(self.node_id, self.epoch, self.observed.renewal + 1)
+            lease = Lease(self.node_id, self.epoch, self.observed.renewal + 1, self.writer)
             try:
                 self._etag = await self.store.put_if_match(self.key, _encode(lease), self._etag)
             except PreconditionFailed:
@@ -102,8 +106,9 @@ class ControllerLease:
     async def _still_ours(self) -> bool:
         """After a refused renewal: whether the lease still names us at our epoch. Then an earlier renewal that was
         answered with an error (a timeout, a lost 5xx answer) had landed, and the ETag we hold is that of the lease
-        before it. Nobody else writes our node id with our epoch (a take-over raises the epoch, a resignation
-        clears the holder), so nobody has replaced it: adopt what is there and renew from it. Our validity still
+        before it. Nobody else writes our node id with our epoch and our writer id (a take-over raises the epoch, a
+        resignation clears the holder, another process has another writer id), so nobody has replaced it: adopt
+        what is there and renew from it. Our validity still
         counts from the last renewal we saw succeed, so acting meanwhile was within the rule."""
         info = await self.store.head(self.key)
         if info is None:
@@ -112,7 +117,7 @@ class ControllerLease:
             current = _decode(await self.store.get(self.key))
         except msgspec.DecodeError:
             return False
-        if (current.holder, current.epoch) != (self.node_id, self.epoch):
+        if (current.holder, current.epoch, current.writer) != (self.node_id, self.epoch, self.writer):
             return False
         log.info("controller lease epoch %d: a renewal answered with an error had landed; renewing from it",
                  self.epoch)
@@ -130,7 +135,7 @@ class ControllerLease:
             return
         self.holding = False
         try:
-            await self.store.put_if_match(self.key, _encode(Lease(-1, self.epoch)), self._etag)
+            await self.store.put_if_match(self.key, _encode(Lease(-1, self.epoch, writer=self.writer)), self._etag)
         except PreconditionFailed:
             pass
 

@@ -66,6 +66,7 @@ class ObjectStoreController:
         self._worker: asyncio.Task | None = None
         self._reread = False                   # an append failed ambiguously: read the log before the next one
         self._loading: MetadataImage | None = None   # start-up replay so far, kept across store errors
+        self._leader_change_sent = 0           # the epoch of the last LeaderChangeRecord this process tried to append
         self._closed = False                   # stopped: no operation runs any more
         self._task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
@@ -266,9 +267,10 @@ class ObjectStoreController:
             while self.lease.valid():
                 await self._catch_up()
                 epoch = self.lease.epoch
-                if (self._image.controller_epoch, self._image.controller_id) == (epoch, self.node_id):
-                    # our LeaderChangeRecord is in: an append answered with an error had landed (only this lease
-                    # holder writes batches of this epoch), so we are active
+                if (self._image.controller_epoch, self._image.controller_id) == (epoch, self.node_id) and \
+                        self._leader_change_sent == epoch:
+                    # our LeaderChangeRecord is in: this process's append of it was answered with an error but had
+                    # landed (only this lease holder writes batches of this epoch), so we are active
                     self._activate(self._image, epoch, publish=False)     # _catch_up published it
                     return
                 if epoch <= self._image.controller_epoch:          # the log is ahead of the lease: never go back
@@ -276,6 +278,7 @@ class ObjectStoreController:
                               self._image.controller_epoch)
                     await self.lease.resign()
                     return
+                self._leader_change_sent = epoch
                 try:
                     new = await self.log.append(self._image, epoch, [LeaderChangeRecord(self.node_id, epoch)])
                 except PreconditionFailed:

@@ -157,6 +157,19 @@ async def test_a_renewal_answered_with_an_error_that_landed_does_not_lose_the_le
     assert not await holder.renew() and not holder.holding
 
 
+async def test_a_lease_rewritten_at_the_same_epoch_by_another_process_is_not_adopted(store):
+    """The lease object is deleted (by hand, or lost) while node 1 holds epoch 1, and another process with node id 1
+    takes the new lease at epoch 1. The first process's renewal is refused; the lease names node 1 at epoch 1, but
+    another process wrote it, so the first one gives it up instead of renewing over it."""
+    first = ControllerLease(store, "lease", 1, timeout=60.0)
+    assert await first.campaign() and first.epoch == 1
+    await store.delete("lease")
+    second = ControllerLease(store, "lease", 1, timeout=60.0)
+    assert await second.campaign() and second.epoch == 1
+    assert not await first.renew() and not first.holding
+    assert await second.renew() and second.holding
+
+
 # ---- the controller ----------------------------------------------------------------------------------------------
 async def test_failover_fences_the_deposed_controller_and_followers_apply_in_order(make_store):
     timeout = 1.0
