@@ -111,11 +111,9 @@ class KafkaConnection(asyncio.Protocol):
     def _drop_frame(self) -> None:
         """A frame cut short by a close gives its pool memory back at once: the transport may wait to flush
         replies before connection_lost, and a client that does not read them would hold the charge for ever."""
-        if self.frame_charge:
-            self.frame, charge, self.frame_charge = None, self.frame_charge, 0
+        charge, self.frame_charge, self.frame, self.held = self.frame_charge, 0, None, None
+        if charge:
             self.pool.release(charge)
-        self.frame = None
-        self.held = None
 
     def release_quota(self) -> None:
         ip, self.quota_ip = self.quota_ip, None

@@ -108,8 +108,8 @@ class ControllerLease:
         answered with an error (a timeout, a lost 5xx answer) had landed, and the ETag we hold is that of the lease
         before it. Nobody else writes our node id with our epoch and our writer id (a take-over raises the epoch, a
         resignation clears the holder, another process has another writer id), so nobody has replaced it: adopt
-        what is there and renew from it. Our validity still
-        counts from the last renewal we saw succeed, so acting meanwhile was within the rule."""
+        what is there and renew from it. Our validity still counts from the last renewal we saw succeed, so acting
+        meanwhile was within the rule."""
         info = await self.store.head(self.key)
         if info is None:
             return False
