@@ -96,7 +96,8 @@ class BrokerLifecycle:
             await asyncio.wait({task}, timeout=5)
         if controlled and self.broker_epoch >= 0:
             try:
-                await asyncio.wait_for(self._heartbeat(want_shut_down=True), timeout)
+                async with asyncio.timeout(timeout):   # not wait_for: its task's failure may go unread (3.11)
+                    await self._heartbeat(want_shut_down=True)
                 log.info("broker %d: controlled shutdown done", self.node_id)
             except (ControllerUnavailable, asyncio.TimeoutError) as e:
                 log.warning("broker %d: controlled shutdown failed: %s", self.node_id, e)

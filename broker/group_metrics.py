@@ -148,8 +148,9 @@ class GroupMetricsCollector:
             {"name": t, "partitions": [{"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
                                        for p in sorted(ps)]} for t, ps in sorted(topics.items())]}
         try:
-            resp = await asyncio.wait_for(self.broker.peer_connection(leader).send(
-                2, LIST_OFFSETS_VERSION, body, timeout=LIST_OFFSETS_TIMEOUT), LIST_OFFSETS_TIMEOUT)
+            async with asyncio.timeout(LIST_OFFSETS_TIMEOUT):
+                resp = await self.broker.peer_connection(leader).send(
+                    2, LIST_OFFSETS_VERSION, body, timeout=LIST_OFFSETS_TIMEOUT)
         except Exception as e:
             log.info("no end offsets from broker %d for group lag: %r", leader, e)
             return

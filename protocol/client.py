@@ -62,16 +62,17 @@ class BrokerConnection:
                 return
             sec = self.security
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, ssl=sec.ssl_context if sec else None),
-                    self.connect_timeout)
+                async with asyncio.timeout(self.connect_timeout):
+                    reader, writer = await asyncio.open_connection(self.host, self.port,
+                                                                   ssl=sec.ssl_context if sec else None)
             except (OSError, asyncio.TimeoutError) as e:
                 raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {e}") from None
             if sec is not None and sec.sasl_client is not None:
                 from protocol.client_security import AuthenticationFailed
                 from protocol.sasl import SaslAuthenticationFailed
                 try:
-                    lifetime_ms = await asyncio.wait_for(self._authenticate(reader, writer), self.connect_timeout)
+                    async with asyncio.timeout(self.connect_timeout):
+                        lifetime_ms = await self._authenticate(reader, writer)
                 except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
                     writer.close()
                     raise ConnectionFailed(f"SASL authentication with {self.host}:{self.port} failed: {e!r}") from None
@@ -193,9 +194,12 @@ class BrokerConnection:
         if self._writer is None:
             # `timeout` bounds the connection's set-up too: a heartbeat must give up within half a session
             # (broker_lifecycle.py) even when the controller's address silently drops packets, or the broker is
-            # fenced while it waits for a connection to a controller that is gone
+            # fenced while it waits for a connection to a controller that is gone. asyncio.timeout, not wait_for:
+            # Python 3.11's wait_for runs the attempt as a task of its own, whose failure nobody reads when the
+            # request is cancelled in the same loop turn (logged as "Task exception was never retrieved")
             try:
-                await asyncio.wait_for(self._connect(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._connect()
             except asyncio.TimeoutError:
                 raise ConnectionFailed(f"cannot connect to {self.host}:{self.port} within {timeout}s") from None
         corr = next(self._corr) & 0x7FFFFFFF

@@ -594,8 +594,8 @@ class Partition:
     async def _lookup_tiered(self, timestamp: int):
         rlm = self.remote
         try:
-            found = await asyncio.wait_for(rlm.find_offset_by_timestamp(self.topic, self.index, self.log, timestamp),
-                                           rlm.list_offsets_timeout)
+            async with asyncio.timeout(rlm.list_offsets_timeout):
+                found = await rlm.find_offset_by_timestamp(self.topic, self.index, self.log, timestamp)
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -250,7 +250,8 @@ class RemoteWalManager:
             started = time.monotonic()
             try:
                 store = self.stores.local          # opening it may fail too: that is a failed upload, not a dead task
-                await asyncio.wait_for(store.put(object_key(self.node_id, up.upload_id), data), self.upload_timeout)
+                async with asyncio.timeout(self.upload_timeout):
+                    await store.put(object_key(self.node_id, up.upload_id), data)
                 up.ok = True
                 up.created = time.time()
                 self.metrics.uploaded(self.stores.local_name, len(data))
