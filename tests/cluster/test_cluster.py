@@ -264,7 +264,8 @@ def test_controller_killed_during_topic_creation(cluster, topic_name):
     via = next(b for i, b in cluster.brokers.items() if i != controller)
     admin = AdminClient({"bootstrap.servers": via.bootstrap})
     names = [f"{topic_name}-{i}" for i in range(5)]
-    futures = admin.create_topics([NewTopic(n, 3, 3) for n in names], request_timeout=60)
+    # librdkafka sends CreateTopics to the controller itself and waits out request_timeout if that one dies
+    futures = admin.create_topics([NewTopic(n, 3, 3) for n in names], request_timeout=15)
     cluster.brokers[controller].kill9()
     for f in futures.values():
         try:
