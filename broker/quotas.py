@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 
-from metadata.quota_control import CLIENT_ID, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, USER
+from metadata.quota_control import (CLIENT_ID, CONNECTION_CREATION_RATE, CONSUMER_BYTE_RATE, IP, PRODUCER_BYTE_RATE,
+                                    REQUEST_PERCENTAGE, USER)
 
 INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000     # Kafka's ClientQuotaManager.InactiveSensorExpirationTimeSeconds
 _MAX_RESOLVED = 100_000     # cached (principal, client id) -> quota lookups, cleared when full
@@ -198,6 +199,7 @@ class ClientQuotas:
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, samples, window_seconds)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples, window_seconds)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, samples, window_seconds, window_seconds * 1000)
+        self.connections = ConnectionRateQuotas(samples, window_seconds)
 
     def record_request_time(self, quotas, req, seconds: float) -> int:
         """request_percentage: `seconds` of handling, as percent-seconds; the throttle time in ms."""
@@ -206,3 +208,35 @@ class ClientQuotas:
     @classmethod
     def from_config(cls, config) -> "ClientQuotas":
         return cls(config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds"))
+
+
+class ConnectionRateQuotas:
+    """connection_creation_rate per IP (KIP-612, Kafka's ConnectionQuotas.recordIpConnectionMaybeThrottle): the quota
+    of the address, else the default IP quota; a connection that takes the address over it is not counted and is
+    closed, unread, after the throttle time (at most one quota window), as Kafka's acceptor does with a
+    DelayedCloseSocket, so a client reconnecting in a loop is slowed down rather than served."""
+
+    def __init__(self, samples: int = 11, window_seconds: int = 1):
+        self.samples, self.window_ms = samples, window_seconds * 1000
+        self._rates: dict[str, Rate] = {}
+
+    def record(self, quotas, ip: str, now: int | None = None) -> int:
+        """Count a new connection from `ip`; the delay in ms before it is closed unserved, 0 to serve it."""
+        bound = quotas.get(((IP, ip),), {}).get(CONNECTION_CREATION_RATE)
+        if bound is None:
+            bound = quotas.get(((IP, None),), {}).get(CONNECTION_CREATION_RATE)
+        if bound is None:
+            return 0
+        if now is None:
+            now = now_ms()
+        rate = self._rates.get(ip)
+        if rate is None:
+            if len(self._rates) >= _MAX_RESOLVED:   # addresses idle longer than Kafka's sensor expiry go first
+                self._rates = {k: r for k, r in self._rates.items()
+                               if now - r.last_ms < INACTIVE_SENSOR_EXPIRATION_MS}
+            rate = self._rates[ip] = Rate(self.samples, self.window_ms)
+        rate.record(1.0, now)
+        delay = min(throttle_time(rate, bound, now), self.window_ms)
+        if delay > 0:
+            rate.record(-1.0, now)                  # a throttled connection does not count (Kafka unrecords it)
+        return delay

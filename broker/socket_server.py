@@ -33,6 +33,7 @@ ACCEPT_RETRY_DELAY = 1.0   # after accept(2) fails (EMFILE: out of file descript
 # Lines a peer can make us write as often as it likes: the first ones, then a few per interval and a count
 _CLOSE_LOG = RateLimitedLog(log, logging.WARNING, what="similar messages (connections closed for bad input)")
 _REJECT_LOG = RateLimitedLog(log, logging.INFO, what="similar messages (connections over max.connections.per.ip)")
+_THROTTLE_LOG = RateLimitedLog(log, logging.INFO, what="similar messages (connections over connection_creation_rate)")
 _ACCEPT_ERROR_LOG = RateLimitedLog(log, logging.ERROR, burst=5, per_interval=1, what="accept errors")
 
 
@@ -83,6 +84,9 @@ class KafkaConnection(asyncio.Protocol):
                 pass
         self.broker.connections.add(self)
         listener = self.listener
+        quotas = self.broker.topics.image.client_quotas
+        if quotas and self._rate_throttled(quotas):
+            return
         if listener is None:
             return
         if self.quota_ip is None and listener.name not in self.broker.quotas.exempt:
@@ -98,6 +102,20 @@ class KafkaConnection(asyncio.Protocol):
                 return
         if listener.sasl:
             self.auth = SaslAuthenticator(self.broker, listener.name)
+
+    def _rate_throttled(self, quotas) -> bool:
+        """connection_creation_rate (broker/quotas.py ConnectionRateQuotas): over its address's quota, the
+        connection is neither counted nor read, and is closed after the throttle time, as Kafka's acceptor does."""
+        ip = _ip_of(self.peer)
+        delay = self.broker.client_quotas.connections.record(quotas, ip)
+        if delay <= 0:
+            return False
+        self.closed = True
+        self.release_quota()
+        self.transport.pause_reading()
+        _THROTTLE_LOG.log("Delaying closing of connection from %s for %d ms (connection_creation_rate)", ip, delay)
+        asyncio.get_running_loop().call_later(delay / 1000, self.transport.close)
+        return True
 
     def connection_lost(self, exc) -> None:
         self.closed = True

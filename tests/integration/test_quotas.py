@@ -234,3 +234,50 @@ def test_acks_0_produce_is_outside_the_request_quota(make_broker, topic_name):
     without = sent("0", 2.0)
     print(f"acks=0: {without} records, acks=1: {with_acks}")
     assert without > 5 * with_acks, f"acks=0: {without} records, acks=1: {with_acks}"
+
+
+def _connect_all(b, source: str, n: int) -> list[tuple[bool, float]]:
+    """Open `n` connections from `source` (a loopback address of this host) at once, send ApiVersions on each: for
+    each, whether it was answered, and after how long (from the first connect) it was closed if it was not."""
+    import socket
+    import struct
+    host, port = b.bootstrap.rsplit(":", 1)
+    started = time.monotonic()
+    socks = [socket.create_connection((host, int(port)), timeout=5, source_address=(source, 0)) for _ in range(n)]
+    header = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
+    out = []
+    try:
+        for s in socks:
+            s.sendall(struct.pack(">i", len(header)) + header)
+        for s in socks:
+            try:
+                head = s.recv(4)
+            except (ConnectionResetError, TimeoutError):
+                head = b""
+            out.append((bool(head), time.monotonic() - started))
+        return out
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_connection_creation_rate_per_ip_closes_what_is_over_it(make_broker):
+    """connection_creation_rate=2 for 127.0.0.1 (KIP-612, `strata configs --entity-type ips`): of twelve
+    connections opened at once from that address, the ones over the rate are closed unanswered after a delay of at
+    most a window, as Kafka's acceptor does; another address (127.0.0.2) is served all the same, and once the
+    window has passed 127.0.0.1 is served again."""
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    r = configs(b, "--alter", "--entity-type", "ips", "--entity-name", "127.0.0.1", "--add-config",
+                "connection_creation_rate=2")
+    assert (r.returncode, r.stdout) == (0, "Completed updating config for ip 127.0.0.1.\n"), (r.stdout, r.stderr)
+    outcomes = _connect_all(b, "127.0.0.1", 12)
+    closed_after = [t for ok, t in outcomes if not ok]
+    assert 1 <= 12 - len(closed_after) <= 3, outcomes
+    assert all(0.05 < t <= 1.5 for t in closed_after), outcomes
+    assert all(ok for ok, _ in _connect_all(b, "127.0.0.2", 12)), "another address was throttled"
+    time.sleep(2.5)                       # two windows of 1 s
+    assert _connect_all(b, "127.0.0.1", 1)[0][0]
+    r = configs(b, "--alter", "--entity-type", "ips", "--entity-name", "127.0.0.1", "--delete-config",
+                "connection_creation_rate")
+    assert r.returncode == 0, r.stderr
+    assert all(ok for ok, _ in _connect_all(b, "127.0.0.1", 12)), "the quota outlived its removal"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.quotas import ClientQuotaManager, Rate, throttle_time
+from broker.quotas import ClientQuotaManager, ConnectionRateQuotas, Rate, throttle_time
 from metadata.image import MetadataImage
 from metadata.quota_control import (DescribeError, QuotaAlteration, alter_quotas, describe_quotas, parse_filter)
 from metadata.records import Envelope, decode, encode
@@ -256,3 +256,19 @@ def test_window_configs_have_kafkas_defaults_and_bounds():
     for bad in ("quota.window.num=0", "quota.window.size.seconds=x"):
         with pytest.raises(ValueError, match=bad.split("=")[0]):
             BrokerConfig.load(None, [bad])
+
+
+def test_connection_creation_rate_per_ip_falls_back_to_the_default_and_uncounts_throttled_connections():
+    """KIP-612: an address's own quota, else the default IP quota, else none; a connection over the quota is delayed
+    (at most one window) and not counted, so a client retrying in a loop gets through at the quota's rate."""
+    quotas = {(("ip", "10.0.0.1"),): {"connection_creation_rate": 5.0},
+              (("ip", None),): {"connection_creation_rate": 1.0}}
+    rates = ConnectionRateQuotas(samples=11, window_seconds=1)
+    now = 1_000_000
+    own = [rates.record(quotas, "10.0.0.1", now) for _ in range(60)]
+    assert own[:50] == [0] * 50 and all(0 < d <= 1000 for d in own[50:])    # 5/s over 10 s of windows
+    default = [rates.record(quotas, "10.0.0.2", now) for _ in range(20)]
+    assert default[:10] == [0] * 10 and all(d > 0 for d in default[10:])
+    assert rates.record({}, "10.0.0.2", now) == 0                         # no quota at all
+    # the throttled ones were not counted: the ten served are all the rate holds
+    assert sum(s[2] for s in rates._rates["10.0.0.2"].slots) == 10
