@@ -98,6 +98,10 @@ async def forward(broker, req):
     while True:
         try:
             body = await broker.controller_channel.forward(req)
+            if len(body) >= 4 and kio_codec.throttle_time_first(req.api_key, req.api_version):
+                # the controller's throttle (a controller mutation quota) mutes the client's connection here, as
+                # the controller mutes only connections of its own clients
+                req.throttle_ms = max(req.throttle_ms, int.from_bytes(body[:4], "big", signed=True))
             await broker.controller.refresh()
             return kio_codec.with_error_counts(req.api_key, req.api_version, body)   # counted as if answered here
         except ControllerUnavailable as e:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from metadata.quota_control import (CLIENT_ID, CONNECTION_CREATION_RATE, CONSUMER_BYTE_RATE, IP, PRODUCER_BYTE_RATE,
-                                    REQUEST_PERCENTAGE, USER)
+from metadata.quota_control import (CLIENT_ID, CONNECTION_CREATION_RATE, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE,
+                                    IP, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, USER)
 
 INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000     # Kafka's ClientQuotaManager.InactiveSensorExpirationTimeSeconds
 _MAX_RESOLVED = 100_000     # cached (principal, client id) -> quota lookups, cleared when full
@@ -200,6 +200,7 @@ class ClientQuotas:
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples, window_seconds)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, samples, window_seconds, window_seconds * 1000)
         self.connections = ConnectionRateQuotas(samples, window_seconds)
+        self.mutations = ControllerMutationQuotas(samples, window_seconds)
 
     def record_request_time(self, quotas, req, seconds: float) -> int:
         """request_percentage: `seconds` of handling, as percent-seconds; the throttle time in ms."""
@@ -240,3 +241,79 @@ class ConnectionRateQuotas:
         if delay > 0:
             rate.record(-1.0, now)                  # a throttled connection does not count (Kafka unrecords it)
         return delay
+
+
+class MutationQuotaExceeded(Exception):
+    """THROTTLING_QUOTA_EXCEEDED for one topic of a CreateTopics, CreatePartitions or DeleteTopics."""
+    message = "The throttling quota has been exceeded."
+
+
+class _TokenBucket:
+    """Kafka's TokenBucket stat: full (quota x samples x window seconds) when first used, refilled at the quota's
+    rate, and allowed to go below zero by the mutation that empties it."""
+    __slots__ = ("tokens", "last_ms")
+
+    def __init__(self):
+        self.tokens: float | None = None
+        self.last_ms = 0
+
+    def refill(self, bound: float, burst: float, now: int) -> float:
+        self.tokens = burst if self.tokens is None else min(burst, self.tokens + bound * (now - self.last_ms) / 1000)
+        self.last_ms = now
+        return self.tokens
+
+
+class MutationQuota:
+    """One request's controller mutation quota (Kafka's Strict- and PermissiveControllerMutationQuota). Strict (the
+    request versions that know THROTTLING_QUOTA_EXCEEDED): a mutation is refused while the bucket is below zero, else
+    taken whole even if it empties the bucket. Permissive (older versions): every mutation is taken, and the
+    response is throttled for the time the bucket needs to get back to zero."""
+    __slots__ = ("bucket", "bound", "burst", "strict", "_throttle")
+
+    def __init__(self, bucket: _TokenBucket | None, bound: float = 0.0, burst: float = 0.0, strict: bool = True):
+        self.bucket, self.bound, self.burst, self.strict = bucket, bound, burst, strict
+        self._throttle = (0, 0)                     # (throttle ms, when it was computed)
+
+    def record(self, permits: int, now: int | None = None) -> None:
+        """Take `permits` partitions created or deleted; MutationQuotaExceeded when strict and over the quota."""
+        b = self.bucket
+        if b is None:
+            return
+        now = now_ms() if now is None else now
+        tokens = b.refill(self.bound, self.burst, now)
+        if self.strict and tokens < 0:
+            self._throttle = (round(-tokens / self.bound * 1000), now)
+            raise MutationQuotaExceeded()
+        b.tokens = min(self.burst, tokens - permits)
+        if not self.strict and b.tokens < 0:
+            self._throttle = (round(-b.tokens / self.bound * 1000), now)
+
+    def throttle_ms(self, now: int | None = None) -> int:
+        """The response's throttle time: what was computed, less the time since (Kafka's throttleTime)."""
+        ms, at = self._throttle
+        return max(0, ms - ((now_ms() if now is None else now) - at)) if ms else 0
+
+
+class ControllerMutationQuotas:
+    """controller_mutation_rate (KIP-599): partitions created, added or deleted per second by a (user, client id),
+    resolved in the same order as the other client quotas, each a token bucket."""
+
+    def __init__(self, samples: int = 11, window_seconds: int = 1):
+        self.resolver = ClientQuotaManager(CONTROLLER_MUTATION_RATE, samples, window_seconds)
+        self.burst_seconds = samples * window_seconds
+        self.buckets: dict[tuple[str, str], _TokenBucket] = {}
+
+    def quota_for(self, quotas, req, strict: bool) -> MutationQuota:
+        if not quotas:
+            return MutationQuota(None)
+        tags, bound = self.resolver._lookup(quotas, req.principal, req.client_id)
+        if bound is None:
+            return MutationQuota(None)
+        bucket = self.buckets.get(tags)
+        if bucket is None:
+            if len(self.buckets) >= _MAX_RESOLVED:      # buckets idle long enough to be full again go first
+                now = now_ms()
+                self.buckets = {t: b for t, b in self.buckets.items()
+                                if now - b.last_ms < INACTIVE_SENSOR_EXPIRATION_MS}
+            bucket = self.buckets[tags] = _TokenBucket()
+        return MutationQuota(bucket, bound, bound * self.burst_seconds, strict)

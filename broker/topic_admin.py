@@ -200,14 +200,26 @@ async def submit(broker, operation):
         raise AdminError(ErrorCode.invalid_request, f"the change does not apply: {e}") from None
 
 
+def take_mutations(quota, permits: int) -> None:
+    """controller_mutation_rate (broker/quotas.py MutationQuota, None: no quota): take `permits` partitions created
+    or deleted, or refuse the topic with THROTTLING_QUOTA_EXCEEDED, as Kafka's controller does after validating it."""
+    from broker.quotas import MutationQuotaExceeded
+    if quota is not None:
+        try:
+            quota.record(permits)
+        except MutationQuotaExceeded as e:
+            raise AdminError(ErrorCode.throttling_quota_exceeded, e.message) from None
+
+
 async def create_topic(broker, name: str, partitions: int, replication_factor: int, assignments=(),
                        configs: dict | None = None, validate_only: bool = False,
-                       indexes: list[int] | None = None) -> tuple[list[list[int]], dict, str]:
+                       indexes: list[int] | None = None, quota=None) -> tuple[list[list[int]], dict, str]:
     """Validate and create a topic in one controller operation (the metadata publisher opens its partitions):
     (replica assignment, normalized configs, topic id or "" when only validated), or AdminError."""
     def operation(image):
         assignment, cfg = check_create(broker, image, name, partitions, replication_factor, assignments, configs,
                                        indexes)
+        take_mutations(quota, len(assignment))
         if validate_only:
             return [], (assignment, cfg, "")
         records = topic_records(name, assignment, cfg)

@@ -33,6 +33,17 @@ def response_schema(api_key: int, version: int):
 
 
 @functools.cache
+def throttle_time_first(api_key: int, version: int) -> bool:
+    """Whether this response version starts with throttle_time_ms (most do; Produce, Fetch's old versions,
+    ApiVersions and a few others do not)."""
+    try:
+        names = [f.name for f in fields(response_schema(api_key, version))]
+    except Exception:
+        return False
+    return bool(names) and names[0] == "throttle_time"
+
+
+@functools.cache
 def _reader(schema):
     return entity_reader(schema)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from broker.topic_admin import (MAX_PARTITIONS, AdminError, check_replica_assignment, partition_records,
-                                place, submit)
+                                place, submit, take_mutations)
 from broker.security.authorization import ALTER, TOPIC, TOPIC_DENIED, filter_authorized
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -13,7 +13,7 @@ DECODABLE = (0, 3)
 FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 
 
-def _grow(t, validate_only: bool):
+def _grow(t, validate_only: bool, quota):
     """The controller operation: new partitions for topic `t.name` as the latest image has it."""
     def operation(image):
         info = image.get(t.name)
@@ -30,6 +30,7 @@ def _grow(t, validate_only: bool):
             raise AdminError(ErrorCode.invalid_replica_assignment,
                              f"Attempted to add {t.count - info.partitions} additional partition(s), but only "
                              f"{len(t.assignments)} assignment(s) were specified.")
+        take_mutations(quota, t.count - info.partitions)
         rf = len(info.partition(0).replicas)
         if t.assignments is not None:
             assignment = check_replica_assignment(image, [a.broker_ids for a in t.assignments])
@@ -49,6 +50,7 @@ async def handle(broker, req):
     names = [t.name for t in body.topics]
     alterable = filter_authorized(broker, req, ALTER, TOPIC, names)     # Kafka: ALTER on each topic
     results = []
+    quota = broker.client_quotas.mutations.quota_for(broker.topics.image.client_quotas, req, strict=v >= 3)
     for t in body.topics:
         res = {"name": t.name, "error_code": 0, "error_message": None}
         try:
@@ -56,8 +58,9 @@ async def handle(broker, req):
                 raise AdminError(ErrorCode.invalid_request, "Duplicate topic in request.")
             if t.name not in alterable:
                 raise AdminError(TOPIC_DENIED, None)
-            await submit(broker, _grow(t, body.validate_only))
+            await submit(broker, _grow(t, body.validate_only, quota))
         except AdminError as e:
             res.update(error_code=e.code, error_message=e.args[0])
         results.append(res)
-    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "results": results})
+    req.throttle_ms = max(req.throttle_ms, quota.throttle_ms())
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": req.throttle_ms, "results": results})

@@ -28,6 +28,7 @@ async def handle(broker, req):
     creatable = set(seen) if authorize_cluster(broker, req, CREATE) else filter_authorized(broker, req, CREATE, TOPIC,
                                                                                             seen)
     configs_visible = filter_authorized(broker, req, DESCRIBE_CONFIGS, TOPIC, seen)
+    quota = broker.client_quotas.mutations.quota_for(broker.topics.image.client_quotas, req, strict=v >= 6)
     for t in body.topics:
         res = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
                "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -43,7 +44,7 @@ async def handle(broker, req):
             assignment, cfg, topic_id = await create_topic(
                 broker, t.name, t.num_partitions, t.replication_factor, [a.broker_ids for a in t.assignments],
                 {c.name: c.value for c in t.configs}, validate_only=body.validate_only,
-                indexes=[a.partition_index for a in t.assignments])
+                indexes=[a.partition_index for a in t.assignments], quota=quota)
             if topic_id:
                 res["topic_id"] = uuid.UUID(topic_id)
             if t.name not in configs_visible:
@@ -58,4 +59,5 @@ async def handle(broker, req):
         except AdminError as e:
             res.update(error_code=e.code, error_message=str(e))
         results.append(res)
-    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "topics": results})
+    req.throttle_ms = max(req.throttle_ms, quota.throttle_ms())
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": req.throttle_ms, "topics": results})

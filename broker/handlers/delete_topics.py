@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from broker.security.authorization import DELETE, DESCRIBE, TOPIC_DENIED, authorize_cluster, name_checker
-from broker.topic_admin import AdminError, submit
+from broker.topic_admin import AdminError, submit, take_mutations
 from metadata.records import RemoveTopicRecord
 from protocol import kio_codec
 from protocol.errors import ErrorCode
@@ -17,12 +17,13 @@ FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 _UNKNOWN = {True: ErrorCode.unknown_topic_id, False: ErrorCode.unknown_topic_or_partition}
 
 
-def _remove(name, tid):
+def _remove(name, tid, quota):
     """The controller operation: remove the topic as the latest image names it."""
     def operation(image):
         info = image.by_id(tid) if tid is not None else image.get(name)
         if info is None:
             raise AdminError(_UNKNOWN[tid is not None], "")
+        take_mutations(quota, info.partitions)
         return [RemoveTopicRecord(info.topic_id)], info
     return operation
 
@@ -35,6 +36,7 @@ async def handle(broker, req):
     else:
         wanted = [(name, None) for name in body.topic_names]
     results = []
+    quota = broker.client_quotas.mutations.quota_for(broker.topics.image.client_quotas, req, strict=v >= 5)
     # Kafka's ControllerApis.deleteTopics: DELETE on the cluster, or DELETE on each topic; a topic the principal may
     # not even DESCRIBE is refused without its name (by id) or its id (by name)
     describable = deletable = None
@@ -54,9 +56,10 @@ async def handle(broker, req):
             res.update(error_code=TOPIC_DENIED, name=info.name if describable(info.name) else None)
         else:
             try:
-                info = await submit(broker, _remove(name, tid))     # the publisher deletes the logs
+                info = await submit(broker, _remove(name, tid, quota))     # the publisher deletes the logs
                 res.update(name=info.name, topic_id=info.uuid)
             except AdminError as e:
                 res.update(error_code=e.code, error_message=str(e) or None)
         results.append(res)
-    return kio_codec.encode_response(API_KEY, v, {"throttle_time": 0, "responses": results})
+    req.throttle_ms = max(req.throttle_ms, quota.throttle_ms())
+    return kio_codec.encode_response(API_KEY, v, {"throttle_time": req.throttle_ms, "responses": results})

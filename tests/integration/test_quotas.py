@@ -281,3 +281,45 @@ def test_connection_creation_rate_per_ip_closes_what_is_over_it(make_broker):
                 "connection_creation_rate")
     assert r.returncode == 0, r.stderr
     assert all(ok for ok, _ in _connect_all(b, "127.0.0.1", 12)), "the quota outlived its removal"
+
+
+def test_controller_mutation_rate_refuses_or_throttles_partition_changes(make_broker, topic_name):
+    """controller_mutation_rate=2 (KIP-599) with a burst of 2 x 2 windows x 1 s = 4 partitions: a CreateTopics v7
+    of 6 partitions is taken whole (the bucket may go below zero once); while the bucket is below zero the next
+    creation, deletion or partition addition is refused with THROTTLING_QUOTA_EXCEEDED and a throttle time of
+    about the time to refill it; another client id is not; once refilled, the refused creation goes through.
+    Versions that do not know the error (CreateTopics below v6) are never refused, only throttled."""
+    from tests.integration.rawclient import RawClient
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    for client in ("mut", "old"):
+        r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", client, "--add-config",
+                    "controller_mutation_rate=2")
+        assert r.returncode == 0, r.stderr
+
+    def call(api_key, version, body, client):
+        with RawClient(b.bootstrap) as raw:         # a connection each: a throttled one is muted a while
+            return raw.request(api_key, version, body, client_id=client)
+
+    def create(name, partitions, client, version=7):
+        resp = call(19, version, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
+                                              "assignments": [], "configs": []}],
+                                  "timeout": 10000, "validate_only": False}, client)
+        t = resp.topics[0]
+        return t.error_code, t.error_message, resp.throttle_time.total_seconds() * 1000
+
+    assert create(f"{topic_name}-a", 6, "mut")[0] == 0
+    err, msg, throttle = create(f"{topic_name}-b", 1, "mut")
+    assert (err, msg) == (89, "The throttling quota has been exceeded."), (err, msg)
+    assert 500 <= throttle <= 1100, throttle                     # (2 tokens short) / 2 per s, less the time since
+    deleted = call(20, 6, {"topics": [{"name": f"{topic_name}-a", "topic_id": None}], "timeout": 10000}, "mut")
+    assert deleted.responses[0].error_code == 89
+    added = call(37, 3, {"topics": [{"name": f"{topic_name}-a", "count": 8, "assignments": None}],
+                         "timeout": 10000, "validate_only": False}, "mut")
+    assert added.results[0].error_code == 89
+    assert create(f"{topic_name}-c", 6, "someone-else")[0] == 0
+    time.sleep(1.3)                                              # the bucket is back above zero
+    assert create(f"{topic_name}-b", 1, "mut")[0] == 0
+    # CreateTopics v5 (permissive): taken, and throttled instead of refused
+    assert create(f"{topic_name}-d", 6, "old", version=5)[0] == 0
+    err, _, throttle = create(f"{topic_name}-e", 6, "old", version=5)
+    assert err == 0 and throttle > 1000, (err, throttle)
