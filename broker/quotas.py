@@ -7,6 +7,7 @@ handlers test `image.client_quotas` first, so a cluster without quotas pays one 
 """
 from __future__ import annotations
 
+import collections.abc
 import time
 
 from metadata.quota_control import (CLIENT_ID, CONNECTION_CREATION_RATE, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE,
@@ -317,3 +318,80 @@ class ControllerMutationQuotas:
                                 if now - b.last_ms < INACTIVE_SENSOR_EXPIRATION_MS}
             bucket = self.buckets[tags] = _TokenBucket()
         return MutationQuota(bucket, bound, bound * self.burst_seconds, strict)
+
+
+# APIs only brokers send each other, never charged to a client's request quota (Kafka answers them with
+# sendResponseExemptThrottle); Produce and Fetch charge their own handling time (handlers/produce.py, fetch.py)
+REQUEST_QUOTA_EXEMPT = frozenset({0, 1, 27, 56, 58, 62, 63, 67})
+
+
+class TimedCoroutine(collections.abc.Coroutine):
+    """A handler's coroutine, timed while it runs (not while it waits): the request quota charges handling time,
+    as Kafka charges its request threads' time and not the purgatory's."""
+    __slots__ = ("coro", "busy")
+
+    def __init__(self, coro):
+        self.coro, self.busy = coro, 0.0
+
+    def send(self, value):
+        started = time.perf_counter()
+        try:
+            return self.coro.send(value)
+        finally:
+            self.busy += time.perf_counter() - started
+
+    def throw(self, *args):
+        started = time.perf_counter()
+        try:
+            return self.coro.throw(*args)
+        finally:
+            self.busy += time.perf_counter() - started
+
+    def close(self):
+        return self.coro.close()
+
+    def __await__(self):
+        return self
+
+
+def charged_to_request_quota(broker, req, quotas) -> bool:
+    """Whether request_percentage applies to this request here: quotas are set, the API is a client's, and the
+    client is not another broker (its client id and CLUSTER_ACTION, as for Produce)."""
+    if not quotas or req.api_key in REQUEST_QUOTA_EXEMPT:
+        return False
+    if (req.client_id or "").startswith("strata-broker-"):
+        from broker.security.authorization import CLUSTER_ACTION, authorize_cluster
+        return not authorize_cluster(broker, req, CLUSTER_ACTION)
+    return True
+
+
+def charge_request_time(broker, req, busy: float, result):
+    """request_percentage for a request other than Produce and Fetch: record `busy` seconds of handling; over the
+    quota, the response says how long to back off (throttle_time_ms, where the version has it first) and the
+    connection is muted that long (req.throttle_ms). The response, with the throttle time written in."""
+    from protocol import kio_codec
+    ms = broker.client_quotas.record_request_time(broker.topics.image.client_quotas, req, busy)
+    if ms <= 0:
+        return result
+    req.throttle_ms = ms = max(req.throttle_ms, ms)
+    if result is None or not kio_codec.throttle_time_first(req.api_key, req.api_version):
+        return result
+    return _with_throttle_time(result, ms)
+
+
+def _with_throttle_time(result, ms: int):
+    from protocol.kio_codec import EncodedResponse
+    head = ms.to_bytes(4, "big", signed=True)
+    if isinstance(result, list):
+        first = bytes(result[0]) if result else b""
+        if len(first) < 4:
+            first, result = b"".join(bytes(c) for c in result), [b""]
+        return [head + first[4:], *result[1:]]
+    if len(result) < 4:
+        return result
+    patched = head + bytes(result[4:])
+    if isinstance(result, EncodedResponse):
+        out = EncodedResponse(patched)
+        out.error_counts = result.error_counts
+        return out
+    return patched

@@ -14,6 +14,7 @@ from collections import deque
 
 from broker.controller_channel import forward
 from broker.log_limits import RateLimitedLog
+from broker.quotas import TimedCoroutine, charge_request_time, charged_to_request_quota
 from broker.socket_limits import normal_ip
 from broker.handlers import Request, api_versions
 from broker.security.sasl_authenticator import SASL_HANDSHAKE, AuthenticationEnded, SaslAuthenticator
@@ -343,16 +344,25 @@ class KafkaConnection(asyncio.Protocol):
             result = forward(self.broker, req)      # admin requests go to the active controller as they came
         else:
             result = handler.handle(self.broker, req)
+        quotas = self.broker.topics.image.client_quotas
+        charged = quotas and charged_to_request_quota(self.broker, req, quotas)
         # ApiVersions always answers with response header v0 so any client can read it.
         flex_header = flexible and api_key != api_versions.API_KEY
         if result.__class__ not in _IMMEDIATE and inspect.isawaitable(result):
             slot = [False, corr, flex_header, None]
             self.queue.append(slot)
+            charge = None
+            if charged:                                   # request_percentage: time the handling, not the waits
+                if inspect.iscoroutine(result):
+                    result = TimedCoroutine(result)
+                charge = (time.perf_counter() - started, result)
             task = asyncio.ensure_future(result)
-            task.add_done_callback(functools.partial(self._completed, slot, api_key, started, req))
+            task.add_done_callback(functools.partial(self._completed, slot, api_key, started, req, charge))
             if len(self.queue) >= MAX_IN_FLIGHT:
                 self._pause()
             return
+        if charged:
+            result = charge_request_time(self.broker, req, time.perf_counter() - started, result)
         self.broker.request_times.observe(api_key, time.perf_counter() - started)
         if result.__class__ is EncodedResponse:
             self.broker.request_errors.add_counts(api_key, result.error_counts)
@@ -431,7 +441,7 @@ class KafkaConnection(asyncio.Protocol):
         else:
             self.transport.write(data)
 
-    def _completed(self, slot: list, api_key: int, started: float, req: Request, task: asyncio.Task) -> None:
+    def _completed(self, slot: list, api_key: int, started: float, req: Request, charge, task: asyncio.Task) -> None:
         if task.cancelled():
             return
         self.broker.request_times.observe(api_key, time.perf_counter() - started)
@@ -443,8 +453,12 @@ class KafkaConnection(asyncio.Protocol):
                 log.error("request from %s failed", self.peer, exc_info=exc)
                 self.close("internal error while handling a request")
             return
+        result = task.result()
+        if charge is not None:
+            sync, timed = charge
+            result = charge_request_time(self.broker, req, sync + getattr(timed, "busy", 0.0), result)
         slot[0] = True
-        slot[3] = result = task.result()
+        slot[3] = result
         if result.__class__ is EncodedResponse:
             self.broker.request_errors.add_counts(api_key, result.error_counts)
         queue = self.queue

@@ -323,3 +323,36 @@ def test_controller_mutation_rate_refuses_or_throttles_partition_changes(make_br
     assert create(f"{topic_name}-d", 6, "old", version=5)[0] == 0
     err, _, throttle = create(f"{topic_name}-e", 6, "old", version=5)
     assert err == 0 and throttle > 1000, (err, throttle)
+
+
+def test_request_percentage_charges_every_client_api(make_broker, topic_name):
+    """request_percentage on APIs other than Produce and Fetch, as Kafka charges every client request: a client id
+    given 0.01% of a thread is answered with throttle_time_ms on Metadata (a handler that answers at once) and on
+    CreateTopics (a coroutine, timed only while it runs), and its connection is muted; another client id is not."""
+    from tests.integration.rawclient import RawClient
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "busy", "--add-config",
+                "request_percentage=0.01")
+    assert r.returncode == 0, r.stderr
+    metadata = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+
+    def throttles(client: str, n: int) -> list[float]:
+        out = []
+        with RawClient(b.bootstrap) as raw:
+            for _ in range(n):
+                out.append(raw.request(3, 12, metadata, client_id=client).throttle_time.total_seconds())
+        return out
+
+    busy = throttles("busy", 5)
+    assert max(busy) > 0 and max(busy) <= 1.0, busy              # at most one window, as Kafka bounds it
+    assert throttles("idle", 5) == [0.0] * 5
+    with RawClient(b.bootstrap) as raw:
+        resp = raw.request(19, 7, {"topics": [{"name": f"{topic_name}-{i}", "num_partitions": 1,
+                                               "replication_factor": 1, "assignments": [], "configs": []}
+                                              for i in range(20)], "timeout": 10000, "validate_only": False},
+                           client_id="busy")
+        assert all(t.error_code == 0 for t in resp.topics)
+        assert resp.throttle_time.total_seconds() > 0
+        started = time.monotonic()
+        raw.request(18, 3, {"client_software_name": "t", "client_software_version": "1"}, client_id="busy")
+        assert time.monotonic() - started > 0.05, "the throttled connection was not muted"

@@ -272,3 +272,37 @@ def test_connection_creation_rate_per_ip_falls_back_to_the_default_and_uncounts_
     assert rates.record({}, "10.0.0.2", now) == 0                         # no quota at all
     # the throttled ones were not counted: the ten served are all the rate holds
     assert sum(s[2] for s in rates._rates["10.0.0.2"].slots) == 10
+
+
+def test_a_timed_handler_is_charged_its_running_time_not_its_waits():
+    import asyncio
+    import time as _time
+    from broker.quotas import TimedCoroutine, _with_throttle_time
+    from protocol.kio_codec import EncodedResponse
+
+    async def handler(fail: bool):
+        _time.sleep(0.02)                 # handling
+        await asyncio.sleep(0.2)          # waiting (the controller, the log)
+        _time.sleep(0.02)
+        if fail:
+            raise ValueError("bad")
+        return b"\x00\x00\x00\x00rest"
+
+    async def main():
+        ok = TimedCoroutine(handler(False))
+        assert await asyncio.ensure_future(ok) == b"\x00\x00\x00\x00rest"
+        assert 0.035 < ok.busy < 0.15, ok.busy
+        bad = TimedCoroutine(handler(True))
+        with pytest.raises(ValueError):
+            await asyncio.ensure_future(bad)
+        cancelled = asyncio.ensure_future(TimedCoroutine(handler(False)))
+        await asyncio.sleep(0.05)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+    asyncio.run(main())
+    encoded = EncodedResponse(b"\x00\x00\x00\x00body")
+    encoded.error_counts = {0: 1}
+    patched = _with_throttle_time(encoded, 300)
+    assert patched == (300).to_bytes(4, "big") + b"body" and patched.error_counts == {0: 1}
+    assert _with_throttle_time([b"\x00\x00", b"\x00\x00tail"], 7) == [(7).to_bytes(4, "big") + b"tail"]
