@@ -151,6 +151,8 @@ class Broker:
         self.quotas = ConnectionQuotas(config, self.security.listeners)
         self.memory_pool = RequestMemoryPool(config.get_int("queued.max.request.bytes"))
         self.client_quotas = ClientQuotas.from_config(config)     # producer/consumer byte rates (broker/quotas.py)
+        from broker.quota_metrics import ClientQuotaCollector
+        self.metrics_registry.register(ClientQuotaCollector(self.client_quotas))
         self.metrics_registry.register(SocketLimitsCollector(self.quotas, self.memory_pool))
         self.connections: set[KafkaConnection] = set()
         self._servers: list = []             # per listener: an Acceptor, or the loop's server when no limit is set

@@ -98,6 +98,7 @@ class ClientQuotaManager:
         self.max_throttle_ms = max_throttle_ms
         self.samples, self.window_ms = samples, window_seconds * 1000
         self.sensors: dict[tuple[str, str], Rate] = {}      # metric tags (user, client-id) -> rate
+        self.throttles: dict[tuple[str, str], list] = {}    # metric tags -> [(ms when, throttle ms)] in the window
         self._quotas = None                                 # the image's client_quotas the cache was built from
         self._resolved: dict[tuple[str, str], tuple[tuple[str, str], float | None]] = {}
         self._swept = now_ms()
@@ -175,7 +176,19 @@ class ClientQuotaManager:
         rate = self._sensor(tags, now)
         rate.record(value, now)
         ms = throttle_time(rate, bound, now)
-        return ms if self.max_throttle_ms is None else min(ms, self.max_throttle_ms)
+        ms = ms if self.max_throttle_ms is None else min(ms, self.max_throttle_ms)
+        if ms > 0:                                    # Kafka's throttle-time sensor records only throttles
+            self.throttles.setdefault(tags, []).append((now, ms))
+        return ms
+
+    def throttle_avg(self, tags: tuple[str, str], now: int) -> float:
+        """Kafka's throttle-time metric: the mean of the throttle times of the last quota.window.num windows."""
+        recent = [(t, ms) for t, ms in self.throttles.get(tags, ()) if now - t < self.samples * self.window_ms]
+        if recent:
+            self.throttles[tags] = recent
+        else:
+            self.throttles.pop(tags, None)
+        return sum(ms for _, ms in recent) / len(recent) if recent else 0.0
 
     def unrecord(self, quotas, principal: str, client_id: str | None, value: float, now: int | None = None) -> None:
         """Kafka's unrecordQuotaSensor: a throttled fetch answers no data, so its bytes do not count."""
@@ -252,11 +265,12 @@ class MutationQuotaExceeded(Exception):
 class _TokenBucket:
     """Kafka's TokenBucket stat: full (quota x samples x window seconds) when first used, refilled at the quota's
     rate, and allowed to go below zero by the mutation that empties it."""
-    __slots__ = ("tokens", "last_ms")
+    __slots__ = ("tokens", "last_ms", "bound", "burst")
 
     def __init__(self):
         self.tokens: float | None = None
         self.last_ms = 0
+        self.bound = self.burst = 0.0             # the quota it was last used under (for the tokens metric)
 
     def refill(self, bound: float, burst: float, now: int) -> float:
         self.tokens = burst if self.tokens is None else min(burst, self.tokens + bound * (now - self.last_ms) / 1000)
@@ -317,7 +331,8 @@ class ControllerMutationQuotas:
                 self.buckets = {t: b for t, b in self.buckets.items()
                                 if now - b.last_ms < INACTIVE_SENSOR_EXPIRATION_MS}
             bucket = self.buckets[tags] = _TokenBucket()
-        return MutationQuota(bucket, bound, bound * self.burst_seconds, strict)
+        bucket.bound, bucket.burst = bound, bound * self.burst_seconds
+        return MutationQuota(bucket, bound, bucket.burst, strict)
 
 
 # APIs only brokers send each other, never charged to a client's request quota (Kafka answers them with

@@ -76,8 +76,19 @@ def consume_for(b, topic: str, client_id: str, seconds: float) -> tuple[float, l
         c.close()
 
 
+def _scrape(port: int) -> dict[tuple, float]:
+    """The broker's Prometheus samples: (name, labels as sorted pairs) -> value."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
 def test_producer_and_consumer_are_held_to_their_quotas(make_broker, topic_name):
-    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    from tests.conftest import free_port
+    port = free_port()
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1", "metrics.port": str(port)})
     r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "slow", "--add-config",
                 f"producer_byte_rate={QUOTA},consumer_byte_rate={QUOTA}")
     assert (r.returncode, r.stdout) == (0, "Completed updating config for client slow.\n"), r.stderr
@@ -91,6 +102,12 @@ def test_producer_and_consumer_are_held_to_their_quotas(make_broker, topic_name)
     assert slow > QUOTA / 4, f"slow producer starved at {slow / 1024:.0f} KiB/s"
     assert fast > 5 * QUOTA, f"unthrottled producer only at {fast / 1024:.0f} KiB/s"
     assert slow_throttles and max(slow_throttles) > 0 and not fast_throttles
+    # Kafka's per-client quota metrics: the throttled client id has them, the one without a quota none
+    metrics = _scrape(port)
+    slow_tags = (("client_id", "slow"), ("user", ""))
+    assert 0 < metrics[("kafka_server_produce_byte_rate", slow_tags)] < 3 * QUOTA
+    assert metrics[("kafka_server_produce_throttle_time", slow_tags)] > 0
+    assert not [k for k in metrics if ("client_id", "fast") in k[1]]
 
     slow_in, slow_in_throttles = consume_for(b, topic_name, "slow", SECONDS)
     assert slow_in < 2 * QUOTA, f"slow consumer at {slow_in / 1024:.0f} KiB/s"
@@ -289,8 +306,10 @@ def test_controller_mutation_rate_refuses_or_throttles_partition_changes(make_br
     creation, deletion or partition addition is refused with THROTTLING_QUOTA_EXCEEDED and a throttle time of
     about the time to refill it; another client id is not; once refilled, the refused creation goes through.
     Versions that do not know the error (CreateTopics below v6) are never refused, only throttled."""
+    from tests.conftest import free_port
     from tests.integration.rawclient import RawClient
-    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    port = free_port()
+    b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1", "metrics.port": str(port)})
     for client in ("mut", "old"):
         r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", client, "--add-config",
                     "controller_mutation_rate=2")
@@ -311,6 +330,7 @@ def test_controller_mutation_rate_refuses_or_throttles_partition_changes(make_br
     err, msg, throttle = create(f"{topic_name}-b", 1, "mut")
     assert (err, msg) == (89, "The throttling quota has been exceeded."), (err, msg)
     assert 500 <= throttle <= 1100, throttle                     # (2 tokens short) / 2 per s, less the time since
+    assert -2 < _scrape(port)[("kafka_server_controllermutation_tokens", (("client_id", "mut"), ("user", "")))] < 0
     deleted = call(20, 6, {"topics": [{"name": f"{topic_name}-a", "topic_id": None}], "timeout": 10000}, "mut")
     assert deleted.responses[0].error_code == 89
     added = call(37, 3, {"topics": [{"name": f"{topic_name}-a", "count": 8, "assignments": None}],
