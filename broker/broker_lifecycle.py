@@ -9,11 +9,17 @@ Each request waits at most half of `broker.session.timeout.ms` (KAFKA-14392): a 
 then stops answering (paused, partitioned) must give up in time to reach its successor before that one's session
 timer fences this broker. Waiting longer got every live broker fenced at a controller failover, and with them the
 whole ISR of the partitions the old controller led.
+
+A broker that has had no answer from the controller for a third of a session says so in the metadata store
+(`reports`, metadata/reachability.py) and takes it back once the controller answers: a controller that reaches the
+store but not the brokers learns from those reports that it is the one cut off, and resigns instead of fencing them.
+A task of its own does it, so that no heartbeat waits for the store.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 
 from broker.controller_channel import ControllerUnavailable
@@ -26,8 +32,13 @@ BROKER_REGISTRATION, BROKER_HEARTBEAT = 62, 63
 
 class BrokerLifecycle:
     def __init__(self, node_id: int, channel, topics, *, cluster_id: str, rack: str | None,
-                 endpoint: list[tuple[str, str, int, int]], heartbeat_interval_ms: int = 2000, session_timeout_ms: int = 9000):
+                 endpoint: list[tuple[str, str, int, int]], heartbeat_interval_ms: int = 2000, session_timeout_ms: int = 9000,
+                 reports=None):
         self.node_id, self.channel, self.topics = node_id, channel, topics
+        self.reports = reports                   # metadata.reachability.ReachabilityReports, None: say nothing
+        self.session_timeout = session_timeout_ms / 1000
+        self._answered_at = time.monotonic()     # when the controller last answered (or a new one was named)
+        self._watcher: asyncio.Task | None = None
         self.cluster_id, self.rack, self.endpoint = cluster_id, rack, endpoint
         self.interval = heartbeat_interval_ms / 1000
         self.request_timeout = session_timeout_ms / 2000
@@ -40,6 +51,8 @@ class BrokerLifecycle:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="broker-lifecycle")
+        if self.reports is not None:
+            self._watcher = asyncio.create_task(self._watch_reachability(), name="controller-reachability")
 
     async def _register(self) -> None:
         resp = await self.channel.send(BROKER_REGISTRATION, 0, {
@@ -48,6 +61,7 @@ class BrokerLifecycle:
             "listeners": [{"name": name, "host": host, "port": port, "security_protocol": proto}
                           for name, host, port, proto in self.endpoint],
             "features": [], "rack": self.rack}, timeout=self.request_timeout)
+        self._answered_at = time.monotonic()
         if resp.error_code:
             raise ControllerUnavailable(f"registration refused: {resp.error_code.name}")
         self.broker_epoch = resp.broker_epoch
@@ -66,6 +80,7 @@ class BrokerLifecycle:
                 if self.broker_epoch < 0:
                     await self._register()
                 resp = await self._heartbeat()
+                self._answered_at = time.monotonic()
                 if resp.error_code == ErrorCode.stale_broker_epoch:
                     log.warning("broker %d: the controller does not know broker epoch %d; registering again",
                                 self.node_id, self.broker_epoch)
@@ -89,11 +104,45 @@ class BrokerLifecycle:
             # fenced brokers retry soon: they are waiting to be let in
             await asyncio.sleep(self.interval if not self.fenced else min(self.interval, 0.1))
 
+    async def _watch_reachability(self) -> None:
+        """Report the controller our image names once it has not answered for a third of a session (the count starts
+        again when a new controller is named); withdraw the report once it answers. A store error costs only the
+        report: the next round tries again."""
+        epoch = -1
+        failed = False
+        while True:
+            await asyncio.sleep(min(self.interval, self.session_timeout / 6))
+            image = self.topics.image
+            if image.controller_epoch != epoch:
+                epoch = image.controller_epoch
+                self._answered_at = max(self._answered_at, time.monotonic())
+            silent = time.monotonic() - self._answered_at
+            try:
+                async with asyncio.timeout(self.session_timeout / 3):
+                    if silent < self.session_timeout / 3:
+                        if self.reports.pending and await self.reports.withdraw():
+                            log.info("broker %d: the controller answers again; report withdrawn", self.node_id)
+                    elif image.controller_id not in (-1, self.node_id) and \
+                            await self.reports.report(image.controller_id, epoch):
+                        log.warning("broker %d: controller %d (epoch %d) has not answered for %.1fs; reported to "
+                                    "the metadata store", self.node_id, image.controller_id, epoch, silent)
+                failed = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if not failed:
+                    log.info("broker %d: could not update the report of an unreachable controller: %r",
+                             self.node_id, e)
+                failed = True
+
     async def stop(self, controlled: bool = True, timeout: float = 5.0) -> None:
         task, self._task = self._task, None        # also ends the loop if wait_for swallows the cancel (3.11)
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task}, timeout=5)
+        watcher, self._watcher = self._watcher, None
+        tasks = {t for t in (task, watcher) if t is not None}
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
         if controlled and self.broker_epoch >= 0:
             try:
                 async with asyncio.timeout(timeout):   # not wait_for: its task's failure may go unread (3.11)

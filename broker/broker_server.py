@@ -23,6 +23,7 @@ from broker.security.broker_security import BrokerSecurity
 from metadata.cluster_control import ClusterControl
 from metadata.controller import PRODUCER_ID_BLOCK, LocalController
 from metadata.object_store_controller import ObjectStoreController
+from metadata.reachability import ReachabilityReports
 from protocol.client import BrokerConnection
 from protocol.errors import ErrorCode
 from replication.alter_partition_manager import AlterPartitionManager
@@ -85,8 +86,10 @@ class Broker:
                 lease_timeout=config.get_int("controller.quorum.fetch.timeout.ms") / 1000,
                 poll_interval=config.get_int("metadata.log.poll.interval.ms") / 1000,
                 snapshot_bytes=config.get_int("metadata.log.max.record.bytes.between.snapshots"))
+            self.reachability = ReachabilityReports(self.metadata_store, self.controller.log.prefix, self.node_id)
             if "controller" in roles:
-                self.cluster_control = ClusterControl(self.controller, config.get_int("broker.session.timeout.ms"))
+                self.cluster_control = ClusterControl(self.controller, config.get_int("broker.session.timeout.ms"),
+                                                      reports=self.reachability)
         else:
             self.controller = LocalController(config.log_dir, self.node_id)
         self.topics = MetadataCache(self.controller.image)
@@ -119,7 +122,8 @@ class Broker:
                                              cluster_id=self.cluster_id, rack=config.get("broker.rack") or None,
                                              endpoint=self._advertised_endpoints(with_protocol=True),
                                              heartbeat_interval_ms=config.get_int("broker.heartbeat.interval.ms"),
-                                             session_timeout_ms=config.get_int("broker.session.timeout.ms"))
+                                             session_timeout_ms=config.get_int("broker.session.timeout.ms"),
+                                             reports=self.reachability)
             settings = FetchSettings.from_config(config)
             settings.security = self.security.inter_broker
             self.replicas.fetchers = ReplicaFetcherManager(settings, self.replicas,

@@ -12,6 +12,8 @@ which fences the whole batch by the controller epoch. Rules as in KRaft:
   bumped. If no such replica exists the partition goes offline (leader -1) and keeps its last ISR member, so that
   only that replica (which has every acknowledged record) can lead again: no unclean election.
 - An unfenced broker leads the offline partitions whose ISR names it.
+- Before fencing brokers whose sessions expired, the controller reads their reports of it (metadata/reachability.py):
+  when more of them cannot reach it than it hears from, itself included, it resigns instead of fencing them.
 - AlterPartition comes from the leader (registered at its current broker epoch), at the current leader epoch and
   partition epoch, and may only name unfenced replicas in the new ISR; each accepted change bumps the partition
   epoch. The checks run in Kafka's order (validateAlterPartitionData).
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 from metadata.controller import producer_ids_block
 from metadata.image import MetadataImage, PartitionImage, TopicImage
+from metadata.reachability import controller_is_cut_off
 from metadata.records import BrokerRegistrationChangeRecord, PartitionRecord, RegisterBrokerRecord
 from protocol.errors import ErrorCode
 
@@ -250,9 +253,11 @@ class ClusterControl:
     reads the latest image and returns the records, so two requests (a heartbeat and a session expiry, two
     AlterPartitions, two producer-id allocations) never decide from the same state."""
 
-    def __init__(self, controller, session_timeout_ms: int = 9000, *, clock=time.monotonic):
+    def __init__(self, controller, session_timeout_ms: int = 9000, *, clock=time.monotonic, reports=None):
         self.controller = controller
         self.session_timeout = session_timeout_ms / 1000
+        self.reports = reports                 # metadata.reachability.ReachabilityReports, None: fence regardless
+        self._reports_failing = False
         self.clock = clock
         self.last_heartbeat: dict[int, float] = {}
         # each broker's metadata log position as its heartbeats report it: (offset, when reported, when last caught
@@ -379,12 +384,58 @@ class ClusterControl:
 
     async def check_sessions(self) -> None:
         """Fence every unfenced broker whose session expired (Kafka's BrokerHeartbeatManager), each in its own
-        operation that checks the session again when it runs."""
+        operation that checks the session again when it runs; unless the brokers' reports say that this controller
+        is the one cut off (metadata/reachability.py)."""
         self._check_active()
+        if not self._expired() or await self._cut_off():
+            return
+        for broker_id in self._expired():          # again: heartbeats may have come in while the reports were read
+            await self.controller.run(self._fence_if_expired(broker_id))
+
+    def _expired(self) -> list[int]:
         now = self.clock()
-        for b in list(self.image.brokers.values()):
-            if not b.fenced and now - self.last_heartbeat.get(b.broker_id, now) > self.session_timeout:
-                await self.controller.run(self._fence_if_expired(b.broker_id))
+        return [b.broker_id for b in self.image.brokers.values()
+                if not b.fenced and now - self.last_heartbeat.get(b.broker_id, now) > self.session_timeout]
+
+    async def _cut_off(self) -> bool:
+        """Whether to fence nobody now: this controller resigned, as more brokers silent for half a session report it
+        unreachable than it hears from (fenced or not) plus itself; or their reports cannot be read while the silent
+        ones outnumber the rest. Reading the reports decides no record: each fence is decided when its operation
+        runs."""
+        if self.reports is None:
+            return False
+        epoch = self.controller.epoch
+        try:
+            async with asyncio.timeout(self.session_timeout / 4):
+                reporters: set[int] | None = await self.reports.reporters(epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if not self._reports_failing:         # once per outage: the check runs every session / 8
+                log.warning("could not read the brokers' reports of controller epoch %d: %r", epoch, e)
+            self._reports_failing = True
+            reporters = None
+        else:
+            self._reports_failing = False
+        now = self.clock()
+        me = self.controller.node_id
+        silent, heard = set(), set()
+        for b in self.image.brokers:
+            if b != me:
+                (silent if now - self.last_heartbeat.get(b, now) >= self.session_timeout / 2 else heard).add(b)
+        if reporters is None:                      # the lease decides: a controller cut off from the store lapses
+            return len(silent) > len(heard) + 1
+        reporting = reporters & silent
+        if not controller_is_cut_off(reporting, heard):
+            return False
+        if not self.controller.may_resign_unreachable():
+            log.warning("brokers %s report controller epoch %d unreachable, but nobody took over when it resigned "
+                        "last: fencing them", sorted(reporting), epoch)
+            return False
+        await self.controller.resign(
+            f"brokers {sorted(reporting)} report it unreachable, more than itself and the brokers it hears from "
+            f"{sorted(heard)}: not fencing them", hold_off=self.session_timeout + 2 * self.controller.lease.timeout)
+        return True
 
     async def _expire_sessions(self) -> None:
         interval = max(self.session_timeout / 8, 0.05)

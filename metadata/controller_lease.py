@@ -15,6 +15,7 @@ append meanwhile is refused by the metadata log (metadata/object_store_log.py), 
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -50,6 +51,7 @@ class ControllerLease:
         self._etag: str | None = None         # ETag of what we last read or wrote
         self._seen_at = 0.0                   # when _etag was first seen (a candidate's clock)
         self._renewed_sent_at = 0.0           # when our last successful renewal was sent (the holder's clock)
+        self._writing = asyncio.Lock()         # a renewal and a resignation never race on one ETag
 
     @property
     def renew_interval(self) -> float:
@@ -85,7 +87,11 @@ class ControllerLease:
     async def renew(self) -> bool:
         """Extend our lease; False (and we no longer hold it) if someone else replaced it. Store errors propagate:
         the caller keeps trying until `valid()` turns False."""
-        if not self.holding:
+        async with self._writing:
+            return await self._renew()
+
+    async def _renew(self) -> bool:
+        if not self.holding:                  # resigned meanwhile
             return False
         for look_again in (True, False):
             sent = self.clock()
@@ -130,14 +136,19 @@ class ControllerLease:
         self.holding = False
 
     async def resign(self) -> None:
-        """Give the lease up (clean shutdown) so a standby need not wait for it to expire."""
+        """Give the lease up (clean shutdown, or unreachable by the brokers) so a standby need not wait for it to
+        expire; after any renewal in flight, whose ETag it needs."""
         if not self.holding:
             return
-        self.holding = False
-        try:
-            await self.store.put_if_match(self.key, _encode(Lease(-1, self.epoch, writer=self.writer)), self._etag)
-        except PreconditionFailed:
-            pass
+        async with self._writing:
+            if not self.holding:
+                return
+            self.holding = False
+            try:
+                await self.store.put_if_match(self.key, _encode(Lease(-1, self.epoch, writer=self.writer)),
+                                              self._etag)
+            except PreconditionFailed:
+                pass
 
     async def _write(self, lease: Lease, etag: str | None, sent: float) -> bool:
         try:

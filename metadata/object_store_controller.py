@@ -71,6 +71,9 @@ class ObjectStoreController:
         self._task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
         self._snapshot_at_bytes = 0            # log.appended_bytes when the last snapshot was started
+        self._campaign_after = 0.0             # lease-clock time before which this node does not campaign (resign)
+        self._resigned_epoch = -1              # the epoch this node last resigned as unreachable
+        self.resigned_at: tuple[int, int] | None = None   # (epoch, log end) of that resignation
         self.active = False
 
     # ---- the Controller interface ----------------------------------------------------------------------------
@@ -206,7 +209,7 @@ class ObjectStoreController:
     async def campaign(self) -> bool:
         """One round of the election: take the lease if it is free or lapsed, then become active (read to the end
         of the log, append our LeaderChangeRecord). True once this node is the active controller."""
-        if self.controller_role and await self.lease.campaign():
+        if self.controller_role and self.lease.clock() >= self._campaign_after and await self.lease.campaign():
             await self._become_active()
         return self.active
 
@@ -233,6 +236,29 @@ class ObjectStoreController:
                 await self.lease.resign()
             except ObjectStoreError as e:
                 log.warning("node %d: could not resign the controller lease: %s", self.node_id, e)
+
+    async def resign(self, why: str, hold_off: float) -> None:
+        """Give up the lease while still holding it, so another node takes over at once, and stay out of elections
+        for `hold_off` seconds (metadata/reachability.py: the brokers cannot reach this controller). After the last
+        batch this node appends, under the log lock, so no append of ours is in flight when the lease goes."""
+        async with self._lock:
+            if not self.active:
+                return
+            log.warning("node %d resigns as controller (epoch %d, at offset %d): %s", self.node_id, self.lease.epoch,
+                        self._image.offset, why)
+            self.active = False
+            self._campaign_after = self.lease.clock() + hold_off
+            self._resigned_epoch = self.lease.epoch
+            self.resigned_at = (self.lease.epoch, self._image.offset)
+            try:
+                await self.lease.resign()
+            except ObjectStoreError as e:       # no longer renewed: it lapses after the lease timeout instead
+                log.warning("node %d: could not resign the controller lease: %s", self.node_id, e)
+
+    def may_resign_unreachable(self) -> bool:
+        """False when this node took the lease right after resigning it (nobody else did: resigning again would
+        only stall the cluster)."""
+        return self.lease.epoch != self._resigned_epoch + 1
 
     async def _run(self) -> None:
         while self._task is not None:

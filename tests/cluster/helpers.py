@@ -42,14 +42,14 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) 
 class AckedProducer:
     """Produces numbered records with acks=all and idempotence from a thread, keeping what was acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str):
+    def __init__(self, bootstrap: str, topic: str, config: dict | None = None):
         self.topic = topic
         self.acked: dict[int, int] = {}              # value -> offset
         self.failed = 0
         self.errors: list[str] = []                  # the first few delivery errors, for the failure message
         self._stop = threading.Event()
         self._p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                            "linger.ms": 5, "message.timeout.ms": 60000})
+                            "linger.ms": 5, "message.timeout.ms": 60000, **(config or {})})
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _done(self, err, msg) -> None:

@@ -19,9 +19,11 @@ kernel then deletes the down end's routes: that side gets an immediate ENETUNREA
 in the root namespace a missing route sends the client's packets out through the default gateway instead. Healing
 writes the true MAC back; connections that have not timed out meanwhile resume. Because each direction has its own
 neighbour entry, `cut(a, b, one_way=True)` drops a->b only (for TCP that still breaks every connection between them,
-as the handshake and acknowledgements need both ways; UDP shows the direction). Slow, lossy or reordering links are
-not possible here: this kernel has no netem (sch_netem) and no iptables/nft, so they would need a userspace proxy
-between the nodes.
+as the handshake and acknowledgements need both ways; UDP shows the direction). A slow link is a token-bucket
+qdisc (`tc qdisc ... tbf`) on the sending end of each direction, which caps its rate: `slow(a, b, rate)`, one way
+or both; `heal` removes it too. Added latency, loss and reordering are not possible here: this kernel has no netem
+(sch_netem) and no iptables/nft, so they would need a userspace proxy between the nodes; tbf adds only the queueing
+delay of a full link.
 
 Names: namespaces are strata-net-<K>-<pid>-<node> (unique per run), the client's veth ends in the root namespace
 sn<K>x<host>. `cleanup_leftovers()` removes what a killed run left (any K whose lock is free): the processes inside its
@@ -73,6 +75,14 @@ class NetnsError(RuntimeError):
 
 def ip(*args, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     cmd = ["ip"] + (["-n", ns] if ns else []) + [str(a) for a in args]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise NetnsError(f"`{' '.join(cmd)}` failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def tc(*args, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["tc"] + [str(a) for a in args]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if check and r.returncode != 0:
         raise NetnsError(f"`{' '.join(cmd)}` failed ({r.returncode}): {r.stderr.strip()}")
@@ -202,6 +212,7 @@ class Mesh:
         self.k, self._lock = self._claim()
         self.tag = f"{PREFIX}{self.k}-{os.getpid()}-"
         self.cuts: set[tuple] = set()          # directed (from, to) pairs whose frames are dropped
+        self.slowed: set[tuple] = set()        # directed (from, to) pairs under a rate cap
         self.closed = False
 
     @staticmethod
@@ -285,12 +296,24 @@ class Mesh:
             self._neigh(x, y, BOGUS_MAC)
             self.cuts.add((x, y))
 
+    def slow(self, a, b, rate_bytes: int, one_way: bool = False) -> None:
+        """Cap a->b (and b->a unless one_way) at `rate_bytes` per second: a token bucket with a burst of 16 KiB and
+        at most 200 ms of queue (what overflows it is dropped, and TCP slows down to the rate)."""
+        self._check(a, b)
+        for x, y in [(a, b)] if one_way else [(a, b), (b, a)]:
+            tc("qdisc", "replace", "dev", self.dev(x, y), "root", "tbf", "rate", f"{rate_bytes * 8}bit",
+               "burst", "16kb", "latency", "200ms", ns=self.ns(x))
+            self.slowed.add((x, y))
+
     def heal(self, a, b) -> None:
-        """Both directions of a-b carry frames again."""
+        """Both directions of a-b carry frames again, at full speed."""
         self._check(a, b)
         for x, y in ((a, b), (b, a)):
             self._neigh(x, y, self.mac(y, x))
             self.cuts.discard((x, y))
+            if (x, y) in self.slowed:
+                tc("qdisc", "del", "dev", self.dev(x, y), "root", ns=self.ns(x), check=False)
+                self.slowed.discard((x, y))
 
     def isolate(self, a) -> None:
         for b in self.nodes:
@@ -298,12 +321,12 @@ class Mesh:
                 self.cut(a, b)
 
     def heal_node(self, a) -> None:
-        for x, y in sorted(self.cuts, key=str):
+        for x, y in sorted(self.cuts | self.slowed, key=str):
             if a in (x, y):
                 self.heal(x, y)
 
     def heal_all(self) -> None:
-        for x, y in sorted(self.cuts, key=str):
+        for x, y in sorted(self.cuts | self.slowed, key=str):
             self.heal(x, y)
 
     def run_in(self, node, fn: Callable):
@@ -467,6 +490,9 @@ class NetCluster(Cluster):
     def cut(self, a, b, one_way: bool = False) -> None:
         self.mesh.cut(a, b, one_way)
 
+    def slow(self, a, b, rate_bytes: int, one_way: bool = False) -> None:
+        self.mesh.slow(a, b, rate_bytes, one_way)
+
     def heal(self, a, b) -> None:
         self.mesh.heal(a, b)
 
@@ -540,6 +566,7 @@ def network_faults(net: NetCluster, leader_of: Callable[[int], int] | None = Non
       leader partitioned from its followers; with `leader_of`, e.g. `lambda t: net.leader(topic, t % partitions)`,
       the target picks a partition and its leader at apply time is the one cut off).
     isolate: cut the broker from everything: brokers, store, clients.
+    slow_links: cap the broker's links to every other broker at 64 KiB/s each way (replication, heartbeats).
     cut_store: cut the broker from the S3 store only (only with a NetCluster(s3=True); absent otherwise, since the
       brokers of a file:// store share a directory)."""
     pick = leader_of or (lambda t: t)
@@ -564,7 +591,12 @@ def network_faults(net: NetCluster, leader_of: Callable[[int], int] | None = Non
     def isolate(target: int) -> Fault:
         return Fault(apply=lambda: net.isolate(target), heal=lambda: net.heal_node(target))
 
-    kinds = {"partition_leader": partition_leader, "isolate": isolate}
+    def slow_links(target: int) -> Fault:
+        others = [j for j in net.brokers if j != target]
+        return Fault(apply=lambda: [net.slow(target, j, 64 * 1024) for j in others],
+                     heal=lambda: [net.heal(target, j) for j in others])
+
+    kinds = {"partition_leader": partition_leader, "isolate": isolate, "slow_links": slow_links}
     if STORE in net.nodes:
         kinds["cut_store"] = lambda target: Fault(apply=lambda: net.cut(target, STORE),
                                                   heal=lambda: net.heal(target, STORE))

@@ -1,8 +1,9 @@
 """Network partitions between real broker processes, each in its own network namespace (tests/faults/netns.py): the
 harness itself; a partition leader cut off from its followers while it still reaches the store and the clients
 (the leader a follower of the controller, or the controller itself); the tests/faults workload and checker under a
-seeded nemesis of network faults; and the controller cut off from everything (no healthy broker may be fenced at
-the failover). Needs root and `ip netns` (skips otherwise)."""
+seeded nemesis of network faults; the controller cut off from everything (no healthy broker may be fenced at the
+failover), and cut off from the brokers only (it resigns rather than fence them). Needs root and `ip netns` (skips
+otherwise)."""
 from __future__ import annotations
 
 import re
@@ -32,7 +33,8 @@ def _client_listener(c) -> tuple[socket.socket, int]:
 @pytest.mark.timeout(180)
 def test_harness_cuts_and_heals_links(net_cluster):
     """cut(1, 2) stops both directions between brokers 1 and 2 only; heal restores them; cut to the store, isolate,
-    one-way cuts and the nemesis fault kinds do what they say; teardown leaves no namespace or link behind."""
+    one-way cuts, slow links and the nemesis fault kinds do what they say; teardown leaves no namespace or link
+    behind."""
     c = net_cluster(s3=True)
     mesh, k = c.mesh, c.mesh.k
     assert len(mesh.namespaces()) == 4                      # brokers 1..3 and the store; the client is this one
@@ -82,8 +84,21 @@ def test_harness_cuts_and_heals_links(net_cluster):
         assert got == {(1, 2): None, (2, 1): b"x"}
         c.heal(1, 2)
 
+        # slow: 1 -> 2 capped at 64 KiB/s, the other links at full speed; heal lifts the cap
+        c.slow(1, 2, 64 * 1024, one_way=True)
+        slow, fast, back = (_transfer_seconds(mesh, a, b, 256 * 1024) for a, b in ((1, 2), (2, 1), (1, 3)))
+        assert 2.5 < slow < 20 and fast < 1.5 and back < 1.5, (slow, fast, back)
+        c.heal(1, 2)
+        assert _transfer_seconds(mesh, 1, 2, 256 * 1024) < 1.5 and mesh.slowed == set()
+
         faults = network_faults(c)
-        assert sorted(faults) == ["cut_store", "isolate", "partition_leader"]
+        assert sorted(faults) == ["cut_store", "isolate", "partition_leader", "slow_links"]
+        f = faults["slow_links"](2)
+        f.apply()
+        assert mesh.slowed == {(a, b) for a in (1, 2, 3) for b in (1, 2, 3) if a != b and 2 in (a, b)}
+        assert unreachable() == set()
+        f.heal()
+        assert mesh.slowed == set()
         expected = {"partition_leader": {(a, b) for a in (1, 2, 3) for b in (1, 2, 3) if a != b and 2 in (a, b)},
                     "isolate": {(a, b) for a in nodes for b in nodes if a != b and 2 in (a, b)},
                     "cut_store": {(2, STORE), (STORE, 2)}}
@@ -100,6 +115,58 @@ def test_harness_cuts_and_heals_links(net_cluster):
     assert [l for l in ip("netns", "list").stdout.splitlines() if l.startswith(mesh.tag)] == []
     assert f"sn{k}x" not in ip("-o", "link", "show").stdout
     assert mesh.tag.startswith(PREFIX)
+
+
+def _transfer_seconds(mesh, src, dst, size: int) -> float:
+    """Seconds to send `size` bytes over one TCP connection from src to dst (until dst has read them all)."""
+    import threading
+    srv = mesh.socket(dst)
+    srv.bind((mesh.addr(dst), 0))
+    srv.listen(1)
+    received = []
+
+    def read() -> None:
+        conn, _ = srv.accept()
+        n = 0
+        while n < size:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            n += len(chunk)
+        received.append(n)
+        conn.close()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    tx = mesh.socket(src)
+    tx.settimeout(30)
+    started = time.monotonic()
+    try:
+        tx.connect(srv.getsockname())
+        tx.sendall(b"x" * size)
+        reader.join(60)
+        return time.monotonic() - started
+    finally:
+        tx.close()
+        srv.close()
+        assert received == [size], received
+
+
+def _notes():
+    """A `note(what)` that prints what happened with the seconds since the test began (shown when it fails)."""
+    t0 = time.monotonic()
+
+    def note(what: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f}s] {what}", flush=True)
+    return note
+
+
+def _create_on(c, topic: str, replicas: list[int]) -> None:
+    """One partition on `replicas` (the first leads), min.insync.replicas=2, all three in sync."""
+    admin = c.admin()                   # kept: the futures fail with _DESTROY if the client is collected first
+    fs = admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[replicas],
+                                       config={"min.insync.replicas": "2"})])
+    fs[topic].result(timeout=30)
+    c.wait_for_isr(topic, 3)
 
 
 def _raw_produce(bootstrap: str, topic: str, value: bytes, timeout_ms: int = 5000) -> int:
@@ -148,18 +215,11 @@ def test_leader_partitioned_from_its_followers(net_cluster, topic_name, leader_i
     as in Kafka. leader-is-controller: the cut-off leader keeps the controller lease (it reaches the store), so it is
     the followers that lose their heartbeats."""
     c = net_cluster()
-    t0 = time.monotonic()
-
-    def note(what: str) -> None:
-        print(f"[{time.monotonic() - t0:6.1f}s] {what}", flush=True)
+    note = _notes()
     controller = c.admin().list_topics(timeout=10).controller_id
     leader = controller if leader_is_controller else min(i for i in c.brokers if i != controller)
     followers = [i for i in sorted(c.brokers) if i != leader]
-    admin = c.admin()                   # kept: the futures fail with _DESTROY if the client is collected first
-    fs = admin.create_topics([NewTopic(topic_name, num_partitions=1, replica_assignment=[[leader, *followers]],
-                                           config={"min.insync.replicas": "2"})])
-    fs[topic_name].result(timeout=30)
-    c.wait_for_isr(topic_name, 3)
+    _create_on(c, topic_name, [leader, *followers])
     c.wait_every_broker(lambda md: md.topics[0].error_code == 0 and md.topics[0].partitions[0].leader_id == leader,
                         [topic_name], 30, f"{topic_name} led by {leader}")
     note(f"controller {controller}, leader {leader}, followers {followers}")
@@ -276,3 +336,56 @@ def test_isolated_controller_fails_over_without_fencing_healthy_brokers(net_clus
                                                                  text)}
     assert ctrl in fenced, "the isolated controller was not fenced"
     assert fenced == {ctrl}, f"healthy brokers fenced: {sorted(fenced - {ctrl})}\n{c.logs()}"
+
+
+@pytest.mark.timeout(240)
+def test_controller_cut_from_the_brokers_but_not_the_store_resigns(net_cluster, topic_name):
+    """The active controller loses its links to both other brokers; it still reaches the store (S3 in its own
+    namespace) and the clients, so it keeps renewing its lease. The two brokers report it unreachable in the store;
+    at their session expiry it resigns instead of fencing them (metadata/reachability.py), one of them takes the
+    lease, and that one fences the cut-off node. Meanwhile an idempotent acks=all producer (RF=3,
+    min.insync.replicas=2) keeps being acknowledged once leadership is on the healthy side, and after healing every
+    acknowledged record is read back once, at its offset. On the old code the controller fenced both healthy brokers
+    and kept the cluster on itself alone."""
+    c = net_cluster(s3=True)
+    note = _notes()
+    ctrl = c.admin().list_topics(timeout=10).controller_id
+    others = [i for i in sorted(c.brokers) if i != ctrl]
+    _create_on(c, topic_name, [ctrl, *others])
+    marks = {i: len(b.log_text()) for i, b in c.brokers.items()}
+    with AckedProducer(c.bootstrap, topic_name) as prod:
+        prod.wait_for_more(200)
+        for o in others:
+            c.cut(ctrl, o)
+        note(f"cut controller {ctrl} (also the leader) from {others}; {len(prod.acked)} acknowledged")
+        deadline = time.monotonic() + 60
+        while True:
+            new = {i: b.log_text()[marks[i]:] for i, b in c.brokers.items()}
+            taken = [i for i in others if "is the active controller" in new[i]]
+            if taken and c.partition(topic_name).leader in others:
+                break
+            assert time.monotonic() < deadline, f"no healthy broker took over\n{c.logs()}"
+            time.sleep(0.5)
+        note(f"broker {taken[0]} is the controller, leader {c.leader(topic_name)}; {len(prod.acked)} acknowledged")
+        prod.wait_for_more(200)         # the two healthy brokers are a big enough ISR: acks=all goes on
+        note(f"{len(prod.acked)} acknowledged on the healthy side")
+        for o in others:
+            c.heal(ctrl, o)
+        c.wait_for_brokers(3)
+        c.wait_for_isr(topic_name, 3, timeout=90)
+        prod.wait_for_more(100)
+    note(f"healed; {len(prod.acked)} acknowledged, {prod.failed} failed")
+
+    new = {i: b.log_text()[marks[i]:] for i, b in c.brokers.items()}
+    assert f"node {ctrl} resigns as controller" in new[ctrl], new[ctrl][-3000:]
+    fenced = {int(m) for text in new.values() for m in re.findall(r"WARNING strata\.controller: broker (\d+) fenced",
+                                                                 text)}
+    assert fenced == {ctrl}, f"fenced: {sorted(fenced)}, expected only the cut-off controller {ctrl}\n{c.logs()}"
+    got = _read_to_high_watermark(c.bootstrap, topic_name)
+    seen = {int(m.value()): m.offset() for m in got}
+    assert len(seen) == len(got), "a record was read twice"
+    missing = sorted(v for v in prod.acked if v not in seen)
+    assert missing == [], f"{len(missing)} acknowledged records lost, first {missing[:5]}"
+    assert all(seen[v] == off for v, off in prod.acked.items())
+    assert prod.failed == 0
+    stop_and_check(c)

@@ -1,8 +1,10 @@
 """A randomized, stateful test of the controller (hypothesis): two controller-capable nodes over one metadata log,
 four brokers and one topic of three partitions, driven by random interleavings of registrations, heartbeats (caught
 up or not, controlled shutdowns), session expiries, AlterPartition from each leader's view, preferred elections,
-reassignments and their cancellation, producer-id allocations and lease loss (the other node takes the lease over;
-the old one either notices by its clock or is paused and only learns it when its append is refused).
+reassignments and their cancellation, producer-id allocations, lease loss (the other node takes the lease over;
+the old one either notices by its clock or is paused and only learns it when its append is refused), and brokers'
+reports of an unreachable controller (metadata/reachability.py), which may make a controller resign at a session
+expiry instead of fencing.
 
 Every request is started as a task and the event loop is run only when the test says so, a few steps at a time, over
 an in-memory store that yields before and after every write: requests overlap the way they do on a busy controller.
@@ -14,7 +16,8 @@ After every step the invariants of issue 22 are checked on every node's image an
 - the ISR is a subset of the replicas and gains a member only through an AlterPartition its leader sent, at the
   partition epoch the change was made at;
 - producer-id blocks handed out are disjoint and committed;
-- a deposed controller writes nothing: batch epochs never go back in the log, and every answer a controller gave
+- a deposed or resigned controller writes nothing: batch epochs never go back in the log, no batch of a resigned
+  epoch follows the resignation, and every answer a controller gave
   (a broker epoch, an ISR) is in the log.
 
 The slow suite runs the same machine for many more steps."""
@@ -34,6 +37,7 @@ from metadata.controller import PRODUCER_ID_BLOCK
 from metadata.image import MetadataImage
 from metadata.object_store_controller import NotControllerError, ObjectStoreController
 from metadata.object_store_log import ObjectStoreMetadataLog
+from metadata.reachability import ReachabilityReports
 from metadata.records import MetadataBatch, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, TopicRecord
 from fakes import Clock, MemoryStore
 
@@ -60,7 +64,10 @@ class ControllerMachine(RuleBasedStateMachine):
         for n in NODES:
             c = ObjectStoreController(self.store, n, lease_timeout=LEASE_TIMEOUT)
             c.lease.clock = self.clocks[n]
-            self.nodes[n] = (c, ClusterControl(c, session_timeout_ms=9000, clock=self.clocks[n]))
+            self.nodes[n] = (c, ClusterControl(c, session_timeout_ms=9000, clock=self.clocks[n],
+                                               reports=ReachabilityReports(self.store, "metadata", n)))
+        self.reports = {b: ReachabilityReports(self.store, "metadata", b) for b in BROKERS}
+        self.resigned: dict[int, int] = {}       # epoch -> the log end when its controller resigned
         self.current = 1
         self.tasks: list[tuple[asyncio.Task, object]] = []
         self.incarnation = {b: 0 for b in BROKERS}
@@ -92,6 +99,9 @@ class ControllerMachine(RuleBasedStateMachine):
         self.tasks.append((self.loop.create_task(coro), done))
 
     def _collect(self) -> None:
+        for c, _ in self.nodes.values():
+            if c.resigned_at is not None:
+                self.resigned.setdefault(*c.resigned_at)
         pending = []
         for task, done in self.tasks:
             if not task.done():
@@ -133,6 +143,28 @@ class ControllerMachine(RuleBasedStateMachine):
         control._check_active()
         control.last_heartbeat[b] = control.clock() - 60.0
         self._spawn(control.check_sessions())
+
+    @rule(b=st.sampled_from(BROKERS), withdraw=st.booleans(), other=st.booleans())
+    def report_unreachable(self, b, withdraw, other):
+        """Broker `b` reports the controller its image (this node's) names as unreachable, or withdraws that."""
+        c, _ = self._node(other)
+        r = self.reports[b]
+        self._spawn(r.withdraw() if withdraw else r.report(c.image.controller_id, c.image.controller_epoch))
+
+    @rule(cut=st.sets(st.sampled_from(BROKERS), min_size=1), other=st.booleans())
+    def controller_cut_off(self, cut, other):
+        """The brokers in `cut` lose their link to this node's controller: they report it and their sessions run
+        out together; the session check then fences them or resigns, whichever the reports say."""
+        c, control = self._node(other)
+        control._check_active()
+        for n, b in enumerate(sorted(cut)):     # out of phase: one expired, the others silent for half a session
+            control.last_heartbeat[b] = control.clock() - (60.0 if n == 0 else 5.0)
+
+        async def cut_off():
+            for b in cut:
+                await self.reports[b].report(c.image.controller_id, c.image.controller_epoch)
+            await control.check_sessions()
+        self._spawn(cut_off())
 
     @rule(index=st.integers(0, 2), expand=st.booleans(), pick=st.integers(0, 3), other=st.booleans())
     def alter_partition(self, index, expand, pick, other):
@@ -197,6 +229,8 @@ class ControllerMachine(RuleBasedStateMachine):
         its next append is refused."""
         old, new = self.current, 3 - self.current
         candidate, _ = self.nodes[new]
+        if self.clocks[new]() < candidate._campaign_after:
+            return                                     # it resigned a moment ago and holds off (as its loop would)
 
         async def take_over() -> bool:
             if not await candidate.lease.campaign():      # first sight of the lease starts the candidate's timer
@@ -230,6 +264,8 @@ class ControllerMachine(RuleBasedStateMachine):
                 break
             batch = _decode_batch(entry[0])
             assert batch.controller_epoch >= epoch, f"a batch of epoch {batch.controller_epoch} after epoch {epoch}"
+            assert offset <= self.resigned.get(batch.controller_epoch, offset), \
+                f"a batch of epoch {batch.controller_epoch} at offset {offset}, after its controller resigned"
             epoch = batch.controller_epoch
             for n, r in enumerate(batch.records):
                 if isinstance(r, PartitionRecord):
