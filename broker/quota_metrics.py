@@ -27,7 +27,7 @@ class ClientQuotaCollector:
             throttle = GaugeMetricFamily(f"kafka_server_{kind}_throttle_time", "throttle-time: mean throttle in ms "
                                          "over the quota windows", labels=["user", "client_id"])
             for tags, sensor in list(manager.sensors.items()):
-                rate.add_metric(list(tags), sensor.measure(now))
+                rate.add_metric(list(tags), sensor.peek(now))
                 throttle.add_metric(list(tags), manager.throttle_avg(tags, now))
             yield rate
             yield throttle
@@ -36,5 +36,5 @@ class ClientQuotaCollector:
                                    labels=["user", "client_id"])
         for tags, bucket in list(q.mutations.buckets.items()):
             if bucket.tokens is not None:
-                tokens.add_metric(list(tags), bucket.refill(bucket.bound, bucket.burst, now))
+                tokens.add_metric(list(tags), bucket.peek(now))
         yield tokens

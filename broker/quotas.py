@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections.abc
 import time
+from collections import deque
 
 from metadata.quota_control import (CLIENT_ID, CONNECTION_CREATION_RATE, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE,
                                     IP, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, USER)
@@ -67,6 +68,19 @@ class Rate:
             total += (self.samples - 1 - full) * self.window_ms
         return max(total, 1)
 
+    def peek(self, now: int) -> float:
+        """The rate as `measure` computes it, without purging: for the metrics thread, which must not change
+        samples the event loop is recording into."""
+        expire = self.samples * self.window_ms
+        live = [s for s in list(self.slots) if now - s[1] < expire]
+        if not live:
+            return 0.0
+        total = now - min(s[0] for s in live)
+        full = total // self.window_ms
+        if full < self.samples - 1:
+            total += (self.samples - 1 - full) * self.window_ms
+        return sum(s[2] for s in live) / (max(total, 1) / 1000)
+
     def measure(self, now: int, window_ms: int | None = None) -> float:
         """Per second, over `window_ms` when the caller already has window_size(now) (which purges)."""
         if window_ms is None:
@@ -98,7 +112,7 @@ class ClientQuotaManager:
         self.max_throttle_ms = max_throttle_ms
         self.samples, self.window_ms = samples, window_seconds * 1000
         self.sensors: dict[tuple[str, str], Rate] = {}      # metric tags (user, client-id) -> rate
-        self.throttles: dict[tuple[str, str], list] = {}    # metric tags -> [(ms when, throttle ms)] in the window
+        self.throttles: dict[tuple[str, str], deque] = {}   # metric tags -> (ms when, throttle ms), last windows
         self._quotas = None                                 # the image's client_quotas the cache was built from
         self._resolved: dict[tuple[str, str], tuple[tuple[str, str], float | None]] = {}
         self._swept = now_ms()
@@ -164,6 +178,7 @@ class ClientQuotaManager:
                 self._swept = now
                 for t in [t for t, r in self.sensors.items() if now - r.last_ms > INACTIVE_SENSOR_EXPIRATION_MS]:
                     del self.sensors[t]
+                    self.throttles.pop(t, None)
             rate = self.sensors[tags] = Rate(self.samples, self.window_ms)
         return rate
 
@@ -178,17 +193,19 @@ class ClientQuotaManager:
         ms = throttle_time(rate, bound, now)
         ms = ms if self.max_throttle_ms is None else min(ms, self.max_throttle_ms)
         if ms > 0:                                    # Kafka's throttle-time sensor records only throttles
-            self.throttles.setdefault(tags, []).append((now, ms))
+            recent = self.throttles.get(tags)
+            if recent is None:
+                recent = self.throttles[tags] = deque(maxlen=1024)
+            while recent and now - recent[0][0] >= self.samples * self.window_ms:
+                recent.popleft()
+            recent.append((now, ms))
         return ms
 
     def throttle_avg(self, tags: tuple[str, str], now: int) -> float:
-        """Kafka's throttle-time metric: the mean of the throttle times of the last quota.window.num windows."""
-        recent = [(t, ms) for t, ms in self.throttles.get(tags, ()) if now - t < self.samples * self.window_ms]
-        if recent:
-            self.throttles[tags] = recent
-        else:
-            self.throttles.pop(tags, None)
-        return sum(ms for _, ms in recent) / len(recent) if recent else 0.0
+        """Kafka's throttle-time metric: the mean of the throttle times of the last quota.window.num windows (read
+        only: the metrics thread calls it)."""
+        recent = [ms for t, ms in list(self.throttles.get(tags, ())) if now - t < self.samples * self.window_ms]
+        return sum(recent) / len(recent) if recent else 0.0
 
     def unrecord(self, quotas, principal: str, client_id: str | None, value: float, now: int | None = None) -> None:
         """Kafka's unrecordQuotaSensor: a throttled fetch answers no data, so its bytes do not count."""
@@ -234,21 +251,35 @@ class ConnectionRateQuotas:
     def __init__(self, samples: int = 11, window_seconds: int = 1):
         self.samples, self.window_ms = samples, window_seconds * 1000
         self._rates: dict[str, Rate] = {}
+        self._swept = 0
+        self._quotas = None                          # the image's client_quotas the IP map was built from
+        self._by_ip: dict[str | None, float] = {}    # normalized address (None: the default) -> quota
+
+    def _bound(self, quotas, ip: str) -> float | None:
+        if quotas is not self._quotas:               # AlterClientQuotas keeps an address as written: compare them
+            from broker.socket_limits import normal_ip   # as addresses (Kafka compares InetAddresses)
+            by_ip: dict[str | None, float] = {}
+            for entity, values in quotas.items():
+                if len(entity) == 1 and entity[0][0] == IP and CONNECTION_CREATION_RATE in values:
+                    name = entity[0][1]
+                    by_ip[normal_ip(name) if name is not None else None] = values[CONNECTION_CREATION_RATE]
+            self._quotas, self._by_ip = quotas, by_ip
+        bound = self._by_ip.get(ip)
+        return self._by_ip.get(None) if bound is None else bound
 
     def record(self, quotas, ip: str, now: int | None = None) -> int:
         """Count a new connection from `ip`; the delay in ms before it is closed unserved, 0 to serve it."""
-        bound = quotas.get(((IP, ip),), {}).get(CONNECTION_CREATION_RATE)
-        if bound is None:
-            bound = quotas.get(((IP, None),), {}).get(CONNECTION_CREATION_RATE)
+        bound = self._bound(quotas, ip)
         if bound is None:
             return 0
         if now is None:
             now = now_ms()
+        if now - self._swept >= self.window_ms:      # a rate idle for all its windows is a new one: drop it
+            self._swept = now
+            expire = self.samples * self.window_ms
+            self._rates = {k: r for k, r in self._rates.items() if now - r.last_ms < expire}
         rate = self._rates.get(ip)
         if rate is None:
-            if len(self._rates) >= _MAX_RESOLVED:   # addresses idle longer than Kafka's sensor expiry go first
-                self._rates = {k: r for k, r in self._rates.items()
-                               if now - r.last_ms < INACTIVE_SENSOR_EXPIRATION_MS}
             rate = self._rates[ip] = Rate(self.samples, self.window_ms)
         rate.record(1.0, now)
         delay = min(throttle_time(rate, bound, now), self.window_ms)
@@ -273,9 +304,15 @@ class _TokenBucket:
         self.bound = self.burst = 0.0             # the quota it was last used under (for the tokens metric)
 
     def refill(self, bound: float, burst: float, now: int) -> float:
-        self.tokens = burst if self.tokens is None else min(burst, self.tokens + bound * (now - self.last_ms) / 1000)
+        self.tokens = self.peek(now, bound, burst)
         self.last_ms = now
         return self.tokens
+
+    def peek(self, now: int, bound: float | None = None, burst: float | None = None) -> float:
+        """The tokens there would be now (read only)."""
+        bound = self.bound if bound is None else bound
+        burst = self.burst if burst is None else burst
+        return burst if self.tokens is None else min(burst, self.tokens + bound * (now - self.last_ms) / 1000)
 
 
 class MutationQuota:
@@ -317,6 +354,7 @@ class ControllerMutationQuotas:
         self.resolver = ClientQuotaManager(CONTROLLER_MUTATION_RATE, samples, window_seconds)
         self.burst_seconds = samples * window_seconds
         self.buckets: dict[tuple[str, str], _TokenBucket] = {}
+        self._swept = 0
 
     def quota_for(self, quotas, req, strict: bool) -> MutationQuota:
         if not quotas:
@@ -324,12 +362,13 @@ class ControllerMutationQuotas:
         tags, bound = self.resolver._lookup(quotas, req.principal, req.client_id)
         if bound is None:
             return MutationQuota(None)
+        now = now_ms()
+        if now - self._swept >= 1000:                   # a bucket full again is a new one: drop it
+            self._swept = now
+            self.buckets = {t: b for t, b in self.buckets.items()
+                            if b.tokens is None or b.peek(now) < b.burst}
         bucket = self.buckets.get(tags)
         if bucket is None:
-            if len(self.buckets) >= _MAX_RESOLVED:      # buckets idle long enough to be full again go first
-                now = now_ms()
-                self.buckets = {t: b for t, b in self.buckets.items()
-                                if now - b.last_ms < INACTIVE_SENSOR_EXPIRATION_MS}
             bucket = self.buckets[tags] = _TokenBucket()
         bucket.bound, bucket.burst = bound, bound * self.burst_seconds
         return MutationQuota(bucket, bound, bucket.burst, strict)
@@ -366,18 +405,38 @@ class TimedCoroutine(collections.abc.Coroutine):
         return self.coro.close()
 
     def __await__(self):
-        return self
+        return self.coro.__await__()        # awaited directly it is the handler itself (only a Task times it)
+
+    def __getattr__(self, name):            # cr_frame, cr_code, __qualname__...: task reprs and stacks name the handler
+        return getattr(self.coro, name)
+
+
+def _from_a_broker(broker, req) -> bool:
+    """Another broker's own request (its client id and CLUSTER_ACTION, as for Produce): never held to a client
+    quota."""
+    if not (req.client_id or "").startswith("strata-broker-"):
+        return False
+    from broker.security.authorization import CLUSTER_ACTION, authorize_cluster
+    return authorize_cluster(broker, req, CLUSTER_ACTION)
 
 
 def charged_to_request_quota(broker, req, quotas) -> bool:
-    """Whether request_percentage applies to this request here: quotas are set, the API is a client's, and the
-    client is not another broker (its client id and CLUSTER_ACTION, as for Produce)."""
+    """Whether request_percentage applies to this request here: the client has a request quota, the API is a
+    client's, and the client is not another broker."""
     if not quotas or req.api_key in REQUEST_QUOTA_EXEMPT:
         return False
-    if (req.client_id or "").startswith("strata-broker-"):
-        from broker.security.authorization import CLUSTER_ACTION, authorize_cluster
-        return not authorize_cluster(broker, req, CLUSTER_ACTION)
-    return True
+    if broker.client_quotas.request._lookup(quotas, req.principal, req.client_id)[1] is None:
+        return False
+    return not _from_a_broker(broker, req)
+
+
+def mutation_quota(broker, req, strict: bool) -> MutationQuota:
+    """The controller_mutation_rate of a CreateTopics, CreatePartitions or DeleteTopics (unbounded for another
+    broker's own, such as a topic it creates automatically)."""
+    quotas = broker.topics.image.client_quotas
+    if not quotas or _from_a_broker(broker, req):
+        return MutationQuota(None)
+    return broker.client_quotas.mutations.quota_for(quotas, req, strict)
 
 
 def charge_request_time(broker, req, busy: float, result):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from broker.topic_admin import (MAX_PARTITIONS, AdminError, check_replica_assignment, partition_records,
                                 place, submit, take_mutations)
 from broker.security.authorization import ALTER, TOPIC, TOPIC_DENIED, filter_authorized
+from broker.quotas import mutation_quota
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -50,7 +51,7 @@ async def handle(broker, req):
     names = [t.name for t in body.topics]
     alterable = filter_authorized(broker, req, ALTER, TOPIC, names)     # Kafka: ALTER on each topic
     results = []
-    quota = broker.client_quotas.mutations.quota_for(broker.topics.image.client_quotas, req, strict=v >= 3)
+    quota = mutation_quota(broker, req, strict=v >= 3)
     for t in body.topics:
         res = {"name": t.name, "error_code": 0, "error_message": None}
         try:

@@ -7,6 +7,7 @@ from broker.security.authorization import (CREATE, DESCRIBE_CONFIGS, TOPIC, TOPI
                                            filter_authorized)
 from broker.topic_admin import AdminError, create_topic
 from broker.handlers.describe_configs import topic_config_entries
+from broker.quotas import mutation_quota
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -28,7 +29,7 @@ async def handle(broker, req):
     creatable = set(seen) if authorize_cluster(broker, req, CREATE) else filter_authorized(broker, req, CREATE, TOPIC,
                                                                                             seen)
     configs_visible = filter_authorized(broker, req, DESCRIBE_CONFIGS, TOPIC, seen)
-    quota = broker.client_quotas.mutations.quota_for(broker.topics.image.client_quotas, req, strict=v >= 6)
+    quota = mutation_quota(broker, req, strict=v >= 6)
     for t in body.topics:
         res = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
                "num_partitions": -1, "replication_factor": -1, "configs": None}

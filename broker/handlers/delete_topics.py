@@ -4,6 +4,7 @@ from __future__ import annotations
 from broker.security.authorization import DELETE, DESCRIBE, TOPIC_DENIED, authorize_cluster, name_checker
 from broker.topic_admin import AdminError, submit, take_mutations
 from metadata.records import RemoveTopicRecord
+from broker.quotas import mutation_quota
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -36,7 +37,7 @@ async def handle(broker, req):
     else:
         wanted = [(name, None) for name in body.topic_names]
     results = []
-    quota = broker.client_quotas.mutations.quota_for(broker.topics.image.client_quotas, req, strict=v >= 5)
+    quota = mutation_quota(broker, req, strict=v >= 5)
     # Kafka's ControllerApis.deleteTopics: DELETE on the cluster, or DELETE on each topic; a topic the principal may
     # not even DESCRIBE is refused without its name (by id) or its id (by name)
     describable = deletable = None

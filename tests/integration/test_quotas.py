@@ -29,8 +29,9 @@ def configs(b, *args: str) -> SimpleNamespace:
     return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
-def produce_for(b, topic: str, client_id: str, seconds: float) -> tuple[float, list[float]]:
-    """Produce as fast as the client goes for `seconds`: (bytes per second acknowledged, throttle times seen)."""
+def produce_for(b, topic: str, client_id: str, seconds: float, at_end=None) -> tuple[float, list[float]]:
+    """Produce as fast as the client goes for `seconds`: (bytes per second acknowledged, throttle times seen).
+    `at_end` is called as the time is up, before what is left is purged."""
     throttles: list[float] = []
     acked = [0]
 
@@ -51,6 +52,8 @@ def produce_for(b, topic: str, client_id: str, seconds: float) -> tuple[float, l
         p.poll(0)
     done = acked[0]
     elapsed = time.monotonic() - start
+    if at_end is not None:
+        at_end()
     p.purge(in_queue=True, in_flight=False)       # what is left would drain at the quota's pace
     p.flush(10)
     return done / elapsed, throttles
@@ -97,13 +100,14 @@ def test_producer_and_consumer_are_held_to_their_quotas(make_broker, topic_name)
                        f"consumer_byte_rate={float(QUOTA)}\n", r.stderr
 
     fast, fast_throttles = produce_for(b, topic_name, "fast", 1.0)
-    slow, slow_throttles = produce_for(b, topic_name, "slow", SECONDS)
+    scraped = []                          # the quota metrics, read while the throttled client is still producing
+    slow, slow_throttles = produce_for(b, topic_name, "slow", SECONDS, at_end=lambda: scraped.append(_scrape(port)))
     assert slow < 2 * QUOTA, f"slow producer at {slow / 1024:.0f} KiB/s"
     assert slow > QUOTA / 4, f"slow producer starved at {slow / 1024:.0f} KiB/s"
     assert fast > 5 * QUOTA, f"unthrottled producer only at {fast / 1024:.0f} KiB/s"
     assert slow_throttles and max(slow_throttles) > 0 and not fast_throttles
     # Kafka's per-client quota metrics: the throttled client id has them, the one without a quota none
-    metrics = _scrape(port)
+    metrics = scraped[0]
     slow_tags = (("client_id", "slow"), ("user", ""))
     assert 0 < metrics[("kafka_server_produce_byte_rate", slow_tags)] < 3 * QUOTA
     assert metrics[("kafka_server_produce_throttle_time", slow_tags)] > 0
@@ -232,6 +236,11 @@ def test_acks_0_produce_is_outside_the_request_quota(make_broker, topic_name):
             before = c.fetch_partition(topic_name, 0, 0, max_bytes=1).high_watermark
         p = Producer({"bootstrap.servers": b.bootstrap, "client.id": "busy", "acks": acks, "linger.ms": 0,
                       "enable.idempotence": False, "max.in.flight.requests.per.connection": 1})
+        # the client's ApiVersions and Metadata are charged (as Kafka charges them) and muted: let that pass first
+        p.produce(topic_name, MESSAGE)
+        p.flush(10)
+        time.sleep(2.2)                   # two windows of 1 s
+        before += 1 if acks != "0" else 0
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             try:
@@ -301,18 +310,18 @@ def test_connection_creation_rate_per_ip_closes_what_is_over_it(make_broker):
 
 
 def test_controller_mutation_rate_refuses_or_throttles_partition_changes(make_broker, topic_name):
-    """controller_mutation_rate=2 (KIP-599) with a burst of 2 x 2 windows x 1 s = 4 partitions: a CreateTopics v7
-    of 6 partitions is taken whole (the bucket may go below zero once); while the bucket is below zero the next
-    creation, deletion or partition addition is refused with THROTTLING_QUOTA_EXCEEDED and a throttle time of
-    about the time to refill it; another client id is not; once refilled, the refused creation goes through.
-    Versions that do not know the error (CreateTopics below v6) are never refused, only throttled."""
+    """controller_mutation_rate=10 (KIP-599) with a burst of 10 x 2 windows x 1 s = 20 partitions: a CreateTopics v7
+    of 40 partitions is taken whole (the bucket may go below zero once, here to -20: two seconds to refill); while
+    it is below zero the next creation, deletion or partition addition is refused with THROTTLING_QUOTA_EXCEEDED and
+    the time left to refill it; another client id is not; once refilled, the refused creation goes through. Versions
+    that do not know the error (CreateTopics below v6) are never refused, only throttled."""
     from tests.conftest import free_port
     from tests.integration.rawclient import RawClient
     port = free_port()
     b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1", "metrics.port": str(port)})
     for client in ("mut", "old"):
         r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", client, "--add-config",
-                    "controller_mutation_rate=2")
+                    "controller_mutation_rate=10")
         assert r.returncode == 0, r.stderr
 
     def call(api_key, version, body, client):
@@ -326,23 +335,24 @@ def test_controller_mutation_rate_refuses_or_throttles_partition_changes(make_br
         t = resp.topics[0]
         return t.error_code, t.error_message, resp.throttle_time.total_seconds() * 1000
 
-    assert create(f"{topic_name}-a", 6, "mut")[0] == 0
+    assert create(f"{topic_name}-a", 40, "mut")[0] == 0
     err, msg, throttle = create(f"{topic_name}-b", 1, "mut")
+    refilled = time.monotonic() + throttle / 1000
     assert (err, msg) == (89, "The throttling quota has been exceeded."), (err, msg)
-    assert 500 <= throttle <= 1100, throttle                     # (2 tokens short) / 2 per s, less the time since
-    assert -2 < _scrape(port)[("kafka_server_controllermutation_tokens", (("client_id", "mut"), ("user", "")))] < 0
+    assert 0 < throttle <= 2000, throttle                        # (20 tokens short) / 10 per s, less the time since
+    assert -20 <= _scrape(port)[("kafka_server_controllermutation_tokens", (("client_id", "mut"), ("user", "")))] < 0
     deleted = call(20, 6, {"topics": [{"name": f"{topic_name}-a", "topic_id": None}], "timeout": 10000}, "mut")
-    assert deleted.responses[0].error_code == 89
-    added = call(37, 3, {"topics": [{"name": f"{topic_name}-a", "count": 8, "assignments": None}],
+    added = call(37, 3, {"topics": [{"name": f"{topic_name}-a", "count": 48, "assignments": None}],
                          "timeout": 10000, "validate_only": False}, "mut")
-    assert added.results[0].error_code == 89
-    assert create(f"{topic_name}-c", 6, "someone-else")[0] == 0
-    time.sleep(1.3)                                              # the bucket is back above zero
+    if time.monotonic() < refilled - 0.1:                       # both answered before the bucket could refill
+        assert deleted.responses[0].error_code == 89 and added.results[0].error_code == 89
+    assert create(f"{topic_name}-c", 40, "someone-else")[0] == 0
+    time.sleep(max(0.0, refilled - time.monotonic()) + 0.3)
     assert create(f"{topic_name}-b", 1, "mut")[0] == 0
     # CreateTopics v5 (permissive): taken, and throttled instead of refused
-    assert create(f"{topic_name}-d", 6, "old", version=5)[0] == 0
-    err, _, throttle = create(f"{topic_name}-e", 6, "old", version=5)
-    assert err == 0 and throttle > 1000, (err, throttle)
+    assert create(f"{topic_name}-d", 40, "old", version=5)[0] == 0
+    err, _, throttle = create(f"{topic_name}-e", 40, "old", version=5)
+    assert err == 0 and throttle > 2000, (err, throttle)
 
 
 def test_request_percentage_charges_every_client_api(make_broker, topic_name):
@@ -351,9 +361,10 @@ def test_request_percentage_charges_every_client_api(make_broker, topic_name):
     CreateTopics (a coroutine, timed only while it runs), and its connection is muted; another client id is not."""
     from tests.integration.rawclient import RawClient
     b = make_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
-    r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "busy", "--add-config",
-                "request_percentage=0.01")
-    assert r.returncode == 0, r.stderr
+    for client in ("busy", "creator"):
+        r = configs(b, "--alter", "--entity-type", "clients", "--entity-name", client, "--add-config",
+                    "request_percentage=0.01")
+        assert r.returncode == 0, r.stderr
     metadata = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
 
     def throttles(client: str, n: int) -> list[float]:
@@ -367,12 +378,13 @@ def test_request_percentage_charges_every_client_api(make_broker, topic_name):
     assert max(busy) > 0 and max(busy) <= 1.0, busy              # at most one window, as Kafka bounds it
     assert throttles("idle", 5) == [0.0] * 5
     with RawClient(b.bootstrap) as raw:
+        # a client id that has sent nothing else: only the coroutine's own running time can throttle it
         resp = raw.request(19, 7, {"topics": [{"name": f"{topic_name}-{i}", "num_partitions": 1,
                                                "replication_factor": 1, "assignments": [], "configs": []}
                                               for i in range(20)], "timeout": 10000, "validate_only": False},
-                           client_id="busy")
+                           client_id="creator")
         assert all(t.error_code == 0 for t in resp.topics)
         assert resp.throttle_time.total_seconds() > 0
         started = time.monotonic()
-        raw.request(18, 3, {"client_software_name": "t", "client_software_version": "1"}, client_id="busy")
+        raw.request(18, 3, {"client_software_name": "t", "client_software_version": "1"}, client_id="creator")
         assert time.monotonic() - started > 0.05, "the throttled connection was not muted"
