@@ -62,7 +62,11 @@ class Rate:
         self._purge(now)
         if not self.slots:
             self.slots.append([now, now, 0.0])
-        total = now - min(s[0] for s in self.slots)
+        return self._span(self.slots, now)
+
+    def _span(self, slots: list, now: int) -> int:
+        """The time since the oldest of `slots` began, counted as at least samples-1 full windows, in ms."""
+        total = now - min(s[0] for s in slots)
         full = total // self.window_ms
         if full < self.samples - 1:
             total += (self.samples - 1 - full) * self.window_ms
@@ -73,13 +77,7 @@ class Rate:
         samples the event loop is recording into."""
         expire = self.samples * self.window_ms
         live = [s for s in list(self.slots) if now - s[1] < expire]
-        if not live:
-            return 0.0
-        total = now - min(s[0] for s in live)
-        full = total // self.window_ms
-        if full < self.samples - 1:
-            total += (self.samples - 1 - full) * self.window_ms
-        return sum(s[2] for s in live) / (max(total, 1) / 1000)
+        return sum(s[2] for s in live) / (self._span(live, now) / 1000) if live else 0.0
 
     def measure(self, now: int, window_ms: int | None = None) -> float:
         """Per second, over `window_ms` when the caller already has window_size(now) (which purges)."""
@@ -301,18 +299,17 @@ class _TokenBucket:
     def __init__(self):
         self.tokens: float | None = None
         self.last_ms = 0
-        self.bound = self.burst = 0.0             # the quota it was last used under (for the tokens metric)
+        self.bound = self.burst = 0.0             # the quota it is used under (set at each request)
 
-    def refill(self, bound: float, burst: float, now: int) -> float:
-        self.tokens = self.peek(now, bound, burst)
+    def refill(self, now: int) -> float:
+        self.tokens = self.peek(now)
         self.last_ms = now
         return self.tokens
 
-    def peek(self, now: int, bound: float | None = None, burst: float | None = None) -> float:
+    def peek(self, now: int) -> float:
         """The tokens there would be now (read only)."""
-        bound = self.bound if bound is None else bound
-        burst = self.burst if burst is None else burst
-        return burst if self.tokens is None else min(burst, self.tokens + bound * (now - self.last_ms) / 1000)
+        burst = self.burst
+        return burst if self.tokens is None else min(burst, self.tokens + self.bound * (now - self.last_ms) / 1000)
 
 
 class MutationQuota:
@@ -320,10 +317,10 @@ class MutationQuota:
     request versions that know THROTTLING_QUOTA_EXCEEDED): a mutation is refused while the bucket is below zero, else
     taken whole even if it empties the bucket. Permissive (older versions): every mutation is taken, and the
     response is throttled for the time the bucket needs to get back to zero."""
-    __slots__ = ("bucket", "bound", "burst", "strict", "_throttle")
+    __slots__ = ("bucket", "strict", "_throttle")
 
-    def __init__(self, bucket: _TokenBucket | None, bound: float = 0.0, burst: float = 0.0, strict: bool = True):
-        self.bucket, self.bound, self.burst, self.strict = bucket, bound, burst, strict
+    def __init__(self, bucket: _TokenBucket | None, strict: bool = True):
+        self.bucket, self.strict = bucket, strict
         self._throttle = (0, 0)                     # (throttle ms, when it was computed)
 
     def record(self, permits: int, now: int | None = None) -> None:
@@ -332,13 +329,13 @@ class MutationQuota:
         if b is None:
             return
         now = now_ms() if now is None else now
-        tokens = b.refill(self.bound, self.burst, now)
+        tokens = b.refill(now)
         if self.strict and tokens < 0:
-            self._throttle = (round(-tokens / self.bound * 1000), now)
+            self._throttle = (round(-tokens / b.bound * 1000), now)
             raise MutationQuotaExceeded()
-        b.tokens = min(self.burst, tokens - permits)
+        b.tokens = min(b.burst, tokens - permits)
         if not self.strict and b.tokens < 0:
-            self._throttle = (round(-b.tokens / self.bound * 1000), now)
+            self._throttle = (round(-b.tokens / b.bound * 1000), now)
 
     def throttle_ms(self, now: int | None = None) -> int:
         """The response's throttle time: what was computed, less the time since (Kafka's throttleTime)."""
@@ -371,7 +368,7 @@ class ControllerMutationQuotas:
         if bucket is None:
             bucket = self.buckets[tags] = _TokenBucket()
         bucket.bound, bucket.burst = bound, bound * self.burst_seconds
-        return MutationQuota(bucket, bound, bucket.burst, strict)
+        return MutationQuota(bucket, strict)
 
 
 # APIs only brokers send each other, never charged to a client's request quota (Kafka answers them with
