@@ -72,8 +72,7 @@ class ObjectStoreController:
         self._snapshot_task: asyncio.Task | None = None
         self._snapshot_at_bytes = 0            # log.appended_bytes when the last snapshot was started
         self._campaign_after = 0.0             # lease-clock time before which this node does not campaign (resign)
-        self._resigned_epoch = -1              # the epoch this node last resigned as unreachable
-        self.resigned_at: tuple[int, int] | None = None   # (epoch, log end) of that resignation
+        self.resigned_at: tuple[int, int] | None = None   # (epoch, log end) of its last resignation as unreachable
         self.active = False
 
     # ---- the Controller interface ----------------------------------------------------------------------------
@@ -248,7 +247,6 @@ class ObjectStoreController:
                         self._image.offset, why)
             self.active = False
             self._campaign_after = self.lease.clock() + hold_off
-            self._resigned_epoch = self.lease.epoch
             self.resigned_at = (self.lease.epoch, self._image.offset)
             try:
                 await self.lease.resign()
@@ -258,7 +256,7 @@ class ObjectStoreController:
     def may_resign_unreachable(self) -> bool:
         """False when this node took the lease right after resigning it (nobody else did: resigning again would
         only stall the cluster)."""
-        return self.lease.epoch != self._resigned_epoch + 1
+        return self.resigned_at is None or self.lease.epoch != self.resigned_at[0] + 1
 
     async def _run(self) -> None:
         while self._task is not None:

@@ -65,6 +65,12 @@ async def _cluster(tmp_path):
     return store, controller, control, clock
 
 
+async def _report(store, epoch: int, *brokers: int) -> None:
+    """`brokers` report controller 1 at `epoch` unreachable."""
+    for b in brokers:
+        await ReachabilityReports(store, "metadata", b).report(1, epoch)
+
+
 def _silence(control, clock, silent: dict[int, float]) -> None:
     """Brokers in `silent` were last heard that many seconds ago; the others (and the controller's own broker) just
     now. The session is 0.4 s: 0.2 s of silence counts as not heard, over 0.4 s expires."""
@@ -81,8 +87,7 @@ async def test_a_controller_both_brokers_report_resigns_instead_of_fencing_them(
     other = ObjectStoreController(store, 2, lease_timeout=1.0, poll_interval=0.05)
     try:
         epoch = controller.epoch
-        for b in (2, 3):
-            await ReachabilityReports(store, "metadata", b).report(1, epoch)
+        await _report(store, epoch, 2, 3)
         _silence(control, clock, {2: 0.25, 3: 0.5})
         await control.check_sessions()
         assert not controller.active
@@ -103,7 +108,7 @@ async def test_a_controller_both_brokers_report_resigns_instead_of_fencing_them(
 async def test_a_controller_that_hears_as_many_as_report_it_fences_the_reporter(tmp_path):
     store, controller, control, clock = await _cluster(tmp_path)
     try:
-        await ReachabilityReports(store, "metadata", 3).report(1, controller.epoch)
+        await _report(store, controller.epoch, 3)
         _silence(control, clock, {3: 0.5})
         await control.check_sessions()
         assert controller.active
@@ -115,8 +120,8 @@ async def test_a_controller_that_hears_as_many_as_report_it_fences_the_reporter(
 async def test_a_report_of_an_older_controller_does_not_count(tmp_path):
     store, controller, control, clock = await _cluster(tmp_path)
     try:
-        await ReachabilityReports(store, "metadata", 3).report(1, controller.epoch)
-        await ReachabilityReports(store, "metadata", 2).report(1, controller.epoch - 1)
+        await _report(store, controller.epoch, 3)
+        await _report(store, controller.epoch - 1, 2)
         _silence(control, clock, {2: 0.5, 3: 0.5})
         await control.check_sessions()
         assert controller.active
@@ -129,15 +134,13 @@ async def test_a_controller_that_got_its_lease_back_unopposed_fences_instead_of_
     """Nobody took the lease when it resigned (no other node could): resigning again would stall the cluster."""
     store, controller, control, clock = await _cluster(tmp_path)
     try:
-        for b in (2, 3):
-            await ReachabilityReports(store, "metadata", b).report(1, controller.epoch)
+        await _report(store, controller.epoch, 2, 3)
         _silence(control, clock, {2: 0.5, 3: 0.5})
         await control.check_sessions()
         assert not controller.active
         controller._campaign_after = 0.0                        # the hold-off is over
         await wait_for(lambda: controller.active)
-        for b in (2, 3):
-            await ReachabilityReports(store, "metadata", b).report(1, controller.epoch)
+        await _report(store, controller.epoch, 2, 3)
         _silence(control, clock, {2: 0.5, 3: 0.5})
         await control.check_sessions()
         assert controller.active
