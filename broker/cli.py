@@ -82,6 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser()[0].parse_args(argv))
 
 
+def raise_open_file_limit() -> None:
+    """Lift the soft limit on open files to the hard one, as the Go runtime and systemd services do: a broker holds
+    a file per hosted partition and a socket per connection, and the soft limit (often 1,024) is a shell default."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as e:
+            logging.getLogger("strata.broker").warning("open-file limit stays %d (hard %d): %s", soft, hard, e)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run a parsed `broker` or `check` command."""
     if args.command == "check":
@@ -104,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         for k in sorted(config.props):
             print(f"{k}={'[hidden]' if is_sensitive(k) else config.props[k]}")
         return 0
+    raise_open_file_limit()
     try:
         import uvloop
     except ImportError:

@@ -35,6 +35,10 @@ BROKER_DEFAULTS: dict[str, str] = {
     "max.connections.per.ip": "2147483647",
     "max.connections.per.ip.overrides": "",
     "queued.max.request.bytes": str(100 * 1024 * 1024),
+    # KIP-578's bound on the partition replicas one broker hosts, checked by the controller at topic creation and
+    # partition addition (broker/topic_admin.py). Kafka has none; unset, Strata takes half of the open-file limit
+    # (each hosted partition keeps its active segment open), so creating topics cannot exhaust a broker's files
+    "max.broker.partitions": "",
     "queued.max.request.stall.ms": "10000",
     # client quotas (broker/quotas.py): the samples of the rate a client's quota is measured by, Kafka's QuotaConfig
     "quota.window.num": "11",

@@ -13,6 +13,7 @@ from protocol.errors import ErrorCode
 
 log = logging.getLogger("strata.admin")
 
+INT_MAX = 2**31 - 1
 MAX_PARTITIONS = 10_000  # a guard against a typo creating millions of directories
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -98,6 +99,8 @@ def check_create(broker, image, name: str, num_partitions: int, replication_fact
                              "value." if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds "
                                                                   f"{MAX_PARTITIONS}")
         assignment = place(image, num_partitions, replication_factor)
+    if name not in _BROKERS_OWN_TOPICS:
+        check_broker_partitions(broker, image, assignment)
     normalized = validate_configs(configs or {})
     validate_remote_storage(broker, name, normalized)   # also resolves the full config
     return assignment, normalized
@@ -116,6 +119,38 @@ def _by_index(indexes: list[int], assignments) -> list:
         raise AdminError(ErrorCode.invalid_replica_assignment,
                          "partitions should be a consecutive 0-based integer sequence")
     return [by_index[i] for i in range(len(by_index))]
+
+
+def max_broker_partitions(broker) -> int:
+    """`max.broker.partitions` (KIP-578); unset, half of this process's open-file limit."""
+    value = broker.config.get("max.broker.partitions").strip()
+    if value:
+        return int(value)
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return INT_MAX if soft == resource.RLIM_INFINITY else max(1, soft // 2)
+
+
+# the internal topics brokers create for their own services, of a size fixed by config: not held to
+# max.broker.partitions, so a broker filled by clients still gets its group and transaction coordinators
+_BROKERS_OWN_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
+
+
+def check_broker_partitions(broker, image, assignment: list[list[int]]) -> None:
+    """Refuse new partitions that would take a broker above `max.broker.partitions` (KIP-578), with the
+    POLICY_VIOLATION Kafka's controller answers for an operation too large to apply."""
+    limit = max_broker_partitions(broker)
+    added: dict[int, int] = {}
+    for replicas in assignment:
+        for b in replicas:
+            added[b] = added.get(b, 0) + 1
+    over = sorted(b for b, n in added.items() if image.replica_counts.get(b, 0) + n > limit)
+    if over:
+        b = over[0]
+        raise AdminError(ErrorCode.policy_violation,
+                         f"Adding {added[b]} partition replica(s) to broker {b}, which hosts "
+                         f"{image.replica_counts.get(b, 0)}, would exceed max.broker.partitions={limit} "
+                         f"(brokers over it: {over})")
 
 
 def place(image, partitions: int, replication_factor: int, first_partition: int = 0) -> list[list[int]]:

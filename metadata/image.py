@@ -134,6 +134,9 @@ class MetadataImage:
     # client quotas (Kafka's ClientQuotasImage): entity -> {key: value}, an entity being its ((type, name | None), ...)
     # sorted by type, None naming the type's default ("<default>" in kafka-configs.sh)
     client_quotas: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    # broker id -> partition replicas it hosts (kept as records apply, so max.broker.partitions is checked without a
+    # walk over every partition)
+    replica_counts: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     # ---- reads (the API `broker.topics` offers) -----------------------------------------------------------------
     def topics(self) -> list[TopicImage]:
@@ -160,6 +163,11 @@ class MetadataImage:
         resource_configs = {BROKER_RESOURCE: dict(self.broker_configs), GROUP_RESOURCE: dict(self.group_configs)}
         controller = (self.controller_id, self.controller_epoch)
         acls, scram, quotas = dict(self.acls), dict(self.scram_credentials), dict(self.client_quotas)
+        counts = dict(self.replica_counts)
+
+        def count(replicas, change: int) -> None:
+            for b in replicas:
+                counts[b] = counts.get(b, 0) + change
         n = 0
         for r in records:
             n += 1
@@ -190,7 +198,9 @@ class MetadataImage:
                     states.append(p)
                 else:
                     _check_partition_change(t.name, r.partition, states[r.partition], p, strict)
+                    count(states[r.partition].replicas, -1)
                     states[r.partition] = p
+                count(p.replicas, +1)
                 t = replace(t, partition_states=tuple(states))
                 by_name[t.name] = by_id[t.topic_id] = t
             elif isinstance(r, ConfigRecord):
@@ -223,6 +233,8 @@ class MetadataImage:
                 if t is None:
                     raise ValueError(f"removal of unknown topic {r.topic_id}")
                 del by_name[t.name]
+                for part in t.partition_states:
+                    count(part.replicas, -1)
             elif isinstance(r, ProducerIdsRecord):
                 if r.next_producer_id <= next_pid:     # blocks are handed out once (Kafka's ProducerIdControlManager)
                     _broken(strict, f"producer id block ending at {r.next_producer_id} is not above {next_pid}")
@@ -262,7 +274,8 @@ class MetadataImage:
                              MappingProxyType(by_id), next_pid, *controller,
                              MappingProxyType(resource_configs[BROKER_RESOURCE]),
                              MappingProxyType(resource_configs[GROUP_RESOURCE]), MappingProxyType(acls),
-                             MappingProxyType(scram), MappingProxyType(quotas))
+                             MappingProxyType(scram), MappingProxyType(quotas),
+                             MappingProxyType({b: c for b, c in counts.items() if c}))
 
     def skip(self, n: int) -> "MetadataImage":
         """This image with the offset moved past `n` records that are not applied (a fenced controller's batch)."""

@@ -50,8 +50,9 @@ def terminate(proc: subprocess.Popen, timeout: float) -> int:
 class BrokerProcess:
     """A broker subprocess. `restart()` keeps the data dir; `kill9()` simulates a crash."""
 
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None):
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, open_files: int | None = None):
         self.data_dir = data_dir
+        self.open_files = open_files         # RLIMIT_NOFILE (soft and hard) of the broker process, when set
         self.port = free_port()
         self.overrides = {"node.id": "1", "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
                           "log.dirs": str(data_dir / "logs"), "num.partitions": "1",
@@ -63,6 +64,11 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def _limit(self) -> None:
+        if self.open_files is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
+
     def start(self, timeout: float = 30) -> "BrokerProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-m", "broker.cli", "broker"]
@@ -70,7 +76,7 @@ class BrokerProcess:
             args += ["--override", f"{k}={v}"]
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=self._limit)
         deadline = time.monotonic() + timeout
         waiting = self.listener_ports()
         while time.monotonic() < deadline:
@@ -136,8 +142,8 @@ def make_broker(tmp_path):
     """Factory for private brokers (restarts, kill -9, special configs)."""
     made: list[BrokerProcess] = []
 
-    def factory(overrides: dict[str, str] | None = None, name: str = "b") -> BrokerProcess:
-        b = BrokerProcess(tmp_path / f"{name}{len(made)}", overrides).start()
+    def factory(overrides: dict[str, str] | None = None, name: str = "b", open_files: int | None = None) -> BrokerProcess:
+        b = BrokerProcess(tmp_path / f"{name}{len(made)}", overrides, open_files).start()
         made.append(b)
         return b
 

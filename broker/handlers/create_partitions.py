@@ -1,8 +1,8 @@
 """CreatePartitions (key 37): grow a topic's partition count."""
 from __future__ import annotations
 
-from broker.topic_admin import (MAX_PARTITIONS, AdminError, check_replica_assignment, partition_records,
-                                place, submit, take_mutations)
+from broker.topic_admin import (MAX_PARTITIONS, AdminError, check_broker_partitions, check_replica_assignment,
+                                partition_records, place, submit, take_mutations)
 from broker.security.authorization import ALTER, TOPIC, TOPIC_DENIED, filter_authorized
 from broker.quotas import mutation_quota
 from protocol import kio_codec
@@ -14,7 +14,7 @@ DECODABLE = (0, 3)
 FORWARDED_TO_CONTROLLER = True     # other brokers pass it on (socket_server)
 
 
-def _grow(t, validate_only: bool, quota):
+def _grow(broker, t, validate_only: bool, quota):
     """The controller operation: new partitions for topic `t.name` as the latest image has it."""
     def operation(image):
         info = image.get(t.name)
@@ -41,6 +41,7 @@ def _grow(t, validate_only: bool, quota):
                                  f"replication factors [{len(assignment[0])}], respectively.")
         else:
             assignment = place(image, t.count - info.partitions, rf, first_partition=info.partitions)
+        check_broker_partitions(broker, image, assignment)
         return ([] if validate_only else partition_records(info.topic_id, info.partitions, assignment)), None
     return operation
 
@@ -59,7 +60,7 @@ async def handle(broker, req):
                 raise AdminError(ErrorCode.invalid_request, "Duplicate topic in request.")
             if t.name not in alterable:
                 raise AdminError(TOPIC_DENIED, None)
-            await submit(broker, _grow(t, body.validate_only, quota))
+            await submit(broker, _grow(broker, t, body.validate_only, quota))
         except AdminError as e:
             res.update(error_code=e.code, error_message=e.args[0])
         results.append(res)

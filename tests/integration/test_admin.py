@@ -168,6 +168,39 @@ def test_create_partitions_grow_and_produce(broker, topic_name):
         assert ei.value.args[0].code() == KafkaError.INVALID_PARTITIONS
 
 
+def test_max_broker_partitions_refuses_what_would_exceed_it(make_broker, topic_name):
+    """KIP-578's max.broker.partitions: a creation or addition that would take the broker over it is refused with
+    POLICY_VIOLATION and creates nothing; deleting a topic makes room again. The broker's own internal topics
+    (here the 50 partitions of __consumer_offsets) count, but are never refused."""
+    b = make_broker({"max.broker.partitions": "60"})
+    admin = admin_client(b.bootstrap)
+    create_topic(b.bootstrap, topic_name, partitions=8, admin=admin)
+    err = create_error(admin, NewTopic(topic_name + "-b", 3, 1))
+    assert err is not None and err.code() == KafkaError.POLICY_VIOLATION, err
+    assert "max.broker.partitions=60" in err.str()
+    assert topic_name + "-b" not in admin.list_topics(timeout=5).topics
+    with pytest.raises(KafkaException) as ei:
+        admin.create_partitions([NewPartitions(topic_name, 11)])[topic_name].result(timeout=15)
+    assert ei.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    assert len(admin.list_topics(topic_name, timeout=5).topics[topic_name].partitions) == 8
+    admin.create_partitions([NewPartitions(topic_name, 10)])[topic_name].result(timeout=15)   # up to the bound
+    admin.delete_topics([topic_name], operation_timeout=10)[topic_name].result(timeout=15)
+    wait_until(lambda: create_error(admin, NewTopic(topic_name + "-b", 3, 1)) is None, what="room after the deletion")
+
+
+def test_max_broker_partitions_defaults_to_half_the_open_file_limit(make_broker, topic_name):
+    """Unset, max.broker.partitions is half the broker's open-file limit: a client cannot make the broker run out of
+    files (and take its log dir offline) by creating topics."""
+    b = make_broker(open_files=400)
+    admin = admin_client(b.bootstrap)
+    create_topic(b.bootstrap, topic_name, partitions=100, admin=admin)     # and __consumer_offsets' 50
+    err = create_error(admin, NewTopic(topic_name + "-b", 51, 1))
+    assert err is not None and err.code() == KafkaError.POLICY_VIOLATION and "=200" in err.str(), err
+    create_topic(b.bootstrap, topic_name + "-c", partitions=50, admin=admin)
+    produce_all(producer(b.bootstrap), topic_name + "-c", [(None, b"fits")], partition=49)
+    assert b.alive()
+
+
 def test_delete_records_moves_log_start(broker, topic_name):
     admin = admin_client(broker.bootstrap)
     create_topic(broker.bootstrap, topic_name, admin=admin)

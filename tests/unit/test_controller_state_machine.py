@@ -316,6 +316,12 @@ class ControllerMachine(RuleBasedStateMachine):
 
 def check_image(image: MetadataImage) -> None:
     fenced = {b for b, reg in image.brokers.items() if reg.fenced}
+    hosted: dict[int, int] = {}
+    for t in image.topics():
+        for p in t.partition_states:
+            for b in p.replicas:
+                hosted[b] = hosted.get(b, 0) + 1
+    assert dict(image.replica_counts) == hosted, "the image's replica counts (max.broker.partitions) drifted"
     for t in image.topics():
         for i, p in enumerate(t.partition_states):
             where = f"{t.name}-{i} {p}"
