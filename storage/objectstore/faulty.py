@@ -47,6 +47,7 @@ MUTATING = ("put", "put_if_absent", "put_if_match", "delete")
 FIELDS: dict[str, float] = {
     "latency_ms": 0.0,        # added to every request
     "jitter_ms": 0.0,         # plus a seeded uniform [0, jitter_ms)
+    "bandwidth_mb_s": 0.0,    # each request's body moves at this many MB/s (10^6 bytes) after its first byte; 0: no cap
     "error_rate": 0.0,        # 5xx answers (retriable)...
     "slowdown_share": 0.5,    # ...of which this share is 503 SlowDown, the rest 500 InternalError
     "timeout_rate": 0.0,      # the request hangs timeout_ms, then a read timeout (retriable)
@@ -212,15 +213,15 @@ class FaultyObjectStore:
     # -- the ObjectStore interface ----------------------------------------------------------------------------
 
     async def put(self, key: str, data: bytes | memoryview) -> str:
-        return await self._op("put", validate_key(key), lambda: self.inner.put(key, data))
+        return await self._op("put", validate_key(key), lambda: self.inner.put(key, data), sent=len(data))
 
     async def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
         return await self._op("put_if_absent", validate_key(key), lambda: self.inner.put_if_absent(key, data),
-                              self._recheck(key, data))
+                              self._recheck(key, data), sent=len(data))
 
     async def put_if_match(self, key: str, data: bytes | memoryview, etag: str) -> str:
         return await self._op("put_if_match", validate_key(key), lambda: self.inner.put_if_match(key, data, etag),
-                              self._recheck(key, data))
+                              self._recheck(key, data), sent=len(data))
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         check_range(start, end)
@@ -268,7 +269,7 @@ class FaultyObjectStore:
 
     # -- injection --------------------------------------------------------------------------------------------
 
-    async def _op(self, kind: str, key: str, call: Callable[[], Awaitable], recheck=None):
+    async def _op(self, kind: str, key: str, call: Callable[[], Awaitable], recheck=None, sent: int = 0):
         n = self.calls[kind]
         self.calls[kind] += 1
         rng = random.Random(f"{self.seed}/{kind}/{n}")      # str seeds hash with SHA-512: stable across runs
@@ -277,7 +278,7 @@ class FaultyObjectStore:
         async def request(_client):
             nonlocal attempt
             attempt += 1
-            return await self._request(kind, key, n, attempt, rng, call)
+            return await self._request(kind, key, n, attempt, rng, call, sent)
 
         f = self.faults
         loop = _RequestLoop(f.get(kind, "attempts"), f.get(kind, "backoff_ms") / 1000,
@@ -285,7 +286,7 @@ class FaultyObjectStore:
         what = f"{'put' if kind.startswith('put') else kind} {key!r}"     # s3.py's wording
         return await loop._call(what, request, recheck)
 
-    async def _request(self, kind: str, key: str, n: int, attempt: int, rng: random.Random, call):
+    async def _request(self, kind: str, key: str, n: int, attempt: int, rng: random.Random, call, sent: int = 0):
         self.requests[kind] += 1
         g = self.faults.get
         u_jitter, u_fault, u_code, u_after, u_cut = (rng.random() for _ in range(5))
@@ -297,7 +298,11 @@ class FaultyObjectStore:
             await asyncio.sleep(delay / 1000)
         fault = self._draw(kind, u_fault, u_code)
         if fault is None:
-            return await self._inner(kind, call)
+            await self._transfer(kind, sent)            # an upload's body goes out before its answer
+            answer = await self._inner(kind, call)
+            if kind == "get":
+                await self._transfer(kind, len(answer))  # a download's body arrives after its first byte
+            return answer
         if fault in ("cut", "short"):
             data = await self._inner(kind, call)
             if not data:
@@ -317,6 +322,13 @@ class FaultyObjectStore:
             await asyncio.sleep(g(kind, "timeout_ms") / 1000)
             raise bce.ReadTimeoutError(endpoint_url=f"faulty:///{key}")
         raise _client_error(kind, fault)
+
+    async def _transfer(self, kind: str, nbytes: int) -> None:
+        """The time a body of `nbytes` takes at `bandwidth_mb_s` (a per-request cap, as one S3 connection streams at
+        a rate of its own whatever others do)."""
+        rate = self.faults.get(kind, "bandwidth_mb_s")
+        if rate > 0 and nbytes > 0:
+            await asyncio.sleep(nbytes / (rate * 1e6))
 
     def _draw(self, kind: str, u: float, u_code: float) -> str | None:
         g = self.faults.get

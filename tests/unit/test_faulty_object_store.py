@@ -203,6 +203,27 @@ async def test_latency_jitter_and_timeouts_take_their_time():
         await asyncio.wait_for(store.get("k"), 0.05)
 
 
+async def test_bandwidth_caps_each_request_not_the_store():
+    """Issue 27's slow store: a body moves at bandwidth_mb_s after the first byte, per request (as one S3
+    connection), so parallel ranged GETs each get the rate and together move more than one."""
+    store = FaultyObjectStore(MemoryStore(), 1, latency_ms=30, bandwidth_mb_s=2)
+    body = bytes(400_000)                               # 0.2 s at 2 MB/s
+    t0 = time.monotonic()
+    await store.put("seg", body)
+    assert time.monotonic() - t0 >= 0.23                # 30 ms to the first byte, 200 ms of body
+    t0 = time.monotonic()
+    assert await store.get("seg", 0, 200_000) == body[:200_000]
+    assert time.monotonic() - t0 >= 0.13                # a ranged GET pays for its own bytes only
+    t0 = time.monotonic()
+    parts = await asyncio.gather(*(store.get("seg", i * 50_000, (i + 1) * 50_000) for i in range(8)))
+    assert b"".join(parts) == body
+    assert 0.055 <= time.monotonic() - t0 < 0.2 * 8 - 0.4   # eight at once take about one's time, not eight's
+    store.faults.bandwidth_mb_s = 0
+    t0 = time.monotonic()
+    await store.get("seg")
+    assert time.monotonic() - t0 < 0.2                  # uncapped: the latency only
+
+
 async def test_a_conditional_write_can_fail_after_it_landed():
     store = FaultyObjectStore(MemoryStore(), 5)
     # Before the write: nothing is there.
