@@ -63,7 +63,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "remote.log.index.file.cache.total.size.bytes": "1073741824",
     # Strata's remote reader (Kafka leaves chunking to the RSM plugin; these mirror Aiven's fetch.chunk.* settings)
     "remote.log.reader.chunk.size.bytes": "4194304",
-    "remote.log.reader.chunk.cache.size.bytes": "134217728",
+    "remote.fetch.max.memory.bytes": str(256 << 20),
     "remote.log.reader.prefetch.chunks": "2",
     "metrics.port": "-1",
     # The cluster (docs/configuration.md): with metadata.log.storage.url set, the metadata log and the controller

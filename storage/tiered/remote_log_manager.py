@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 import uuid
 from typing import Callable, Iterable, Protocol
@@ -34,6 +35,7 @@ from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, RemotePartitionDeleteState,
     REMOTE_LOG_METADATA_TOPIC, InternalTopic, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
 )
+from storage.tiered.remote_chunks import ChunkCache
 from storage.tiered.remote_log_reader import RemoteLogReader, _LruFutures
 from storage.tiered.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
@@ -82,6 +84,9 @@ class RemoteStorageMetrics:
         self.reader_time = Histogram("remote_log_reader_fetch_time_seconds", "RemoteLogReaderFetchRateAndTimeMs: "
                                      "time of one remote read", namespace="kafka_log_remote", registry=registry,
                                      buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.get_time = Histogram("remote_log_reader_get_time_seconds", "time of one GET of a remote segment "
+                                  "chunk or index, first byte to last (Strata)", namespace="strata",
+                                  registry=registry, buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
         self.fetch_expires = Counter("expires", "DelayedRemoteFetchMetrics ExpiresPerSec: remote reads not done "
                                      "within remote.fetch.max.wait.ms", namespace="kafka_server_delayedremotefetchmetrics",
                                      registry=registry)
@@ -93,6 +98,29 @@ class RemoteStorageMetrics:
                 g.remove(topic, str(partition))
             except KeyError:
                 pass
+
+
+class _ChunkCacheCollector:
+    """The remote read buffer's figures, read at scrape time (Strata's own; docs/tiered-storage.md#metrics)."""
+
+    def __init__(self, cache: ChunkCache):
+        self.cache = cache
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        c, ns = self.cache, "strata_remote_log_reader_"
+        yield GaugeMetricFamily(ns + "buffer_bytes", "bytes of remote segment chunks held, in flight or read",
+                                value=c.bytes)
+        yield GaugeMetricFamily(ns + "in_flight_bytes", "bytes of remote segment GETs not yet answered",
+                                value=c.in_flight)
+        yield GaugeMetricFamily(ns + "buffer_limit_bytes", "remote.fetch.max.memory.bytes", value=c.capacity)
+        for name, value, doc in (("chunk_hits", c.hits, "reads of a chunk already held"),
+                                 ("chunk_waits", c.waits, "reads of a chunk still on its way (read ahead)"),
+                                 ("chunk_misses", c.misses, "reads that had to start their chunk's GET"),
+                                 ("read_ahead_bytes", c.ahead_bytes, "bytes requested ahead of a reader"),
+                                 ("read_ahead_wasted_bytes", c.wasted_bytes,
+                                  "bytes read ahead and evicted before any reader used them")):
+            yield CounterMetricFamily(ns + name, doc, value=value)
 
 
 class LeaderLogs(Protocol):
@@ -149,7 +177,8 @@ class RemoteLogManager(RemoteLogReader):
         self._copier_slots = asyncio.Semaphore(max(1, config.get_int("remote.log.manager.copier.thread.pool.size")))
         self._expiration_slots = asyncio.Semaphore(
             max(1, config.get_int("remote.log.manager.expiration.thread.pool.size")))
-        self._chunks = _LruFutures(config.get_int("remote.log.reader.chunk.cache.size.bytes"), len)
+        self._chunks = ChunkCache(config.get_int("remote.fetch.max.memory.bytes"))
+        self._read_aheads: OrderedDict = OrderedDict()       # (tip, segment id) -> ReadAhead, the most recent 4,096
         self._indexes = _LruFutures(config.get_int("remote.log.index.file.cache.total.size.bytes"),
                                     lambda idx: idx.size)
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -158,6 +187,8 @@ class RemoteLogManager(RemoteLogReader):
         self._active_reads = 0
         self.metrics.reader_queue.set_function(lambda: self._pending_reads)
         self.metrics.reader_active.set_function(lambda: self._active_reads)
+        self.rsm.gets.listener = lambda nbytes, seconds: self.metrics.get_time.observe(seconds)
+        self.registry.register(_ChunkCacheCollector(self._chunks))
         self.tasks: dict[tuple[str, int], _PartitionTask] = {}
         self._inflight_reads: dict[tuple, asyncio.Task] = {}
         self._read_timers: dict[tuple, asyncio.TimerHandle] = {}
@@ -340,6 +371,8 @@ class RemoteLogManager(RemoteLogReader):
                 t.wake.set()
             self.metrics.forget(info.name, p)
             self._chunks.drop(lambda k, tip=tip: k[0] == tip)
+            for key in [k for k in self._read_aheads if k[0] == tip]:
+                del self._read_aheads[key]
             self._indexes.drop(lambda k, tip=tip: k[0] == tip)
             if self.rlmm.list_remote_log_segments(tip) or t is not None:
                 self._mark_partition_deleted(tip, t)
@@ -526,6 +559,7 @@ class RemoteLogManager(RemoteLogReader):
         sid = md.segment_id.id
         self._indexes.drop(lambda k: k[:2] == (md.tip, sid))
         self._chunks.drop(lambda k: k[0] == md.tip and k[1] == sid)
+        self._read_aheads.pop((md.tip, sid), None)
 
     async def _expire(self, t: _PartitionTask) -> None:
         """Kafka's cleanupExpiredRemoteLogSegments for one partition (single leader lineage)."""

@@ -30,12 +30,14 @@ import asyncio
 import logging
 import mmap
 import os
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 from storage.objectstore.object_store import ObjectNotFound, ObjectStore, ObjectStoreError
+from storage.tiered.remote_chunks import GetEstimate
 from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentMetadata, RemoteResourceNotFoundException, RemoteStorageException, kafka_uuid,
 )
@@ -92,6 +94,7 @@ class RemoteStorageManager:
         self._max_maps = max_mapped_segments
         self.segment_gets = 0            # ranged GETs of .log objects and their bytes (for logs and benchmarks)
         self.segment_get_bytes = 0
+        self.gets = GetEstimate()        # the store's latency and bandwidth, from the GETs below (remote_chunks.py)
 
     async def copy_log_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         """Upload the segment and its indexes (concurrently). Returns custom metadata (none). Raises
@@ -139,7 +142,9 @@ class RemoteStorageManager:
             data = self._mapped(key, start, end)
         else:
             try:
+                t0 = time.monotonic()
                 data = await self.store.get(key, start, end)
+                self.gets.observe(len(data), time.monotonic() - t0)
                 self.segment_gets += 1
                 self.segment_get_bytes += len(data)
             except (ObjectStoreError, OSError) as e:
@@ -188,7 +193,10 @@ class RemoteStorageManager:
         """The whole index object, checked against its size (HEAD and GET concurrently: no added latency)."""
         key = segment_key_prefix(md) + index_type.value
         what = f"fetching {index_type.name} index of {md.segment_id}"
+        t0 = time.monotonic()
         data, info = await asyncio.gather(self.store.get(key), self.store.head(key), return_exceptions=True)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self.gets.observe(len(data), time.monotonic() - t0)
         for r in (data, info):
             if isinstance(r, (ObjectStoreError, OSError)):
                 raise _wrap(r, what) from r

@@ -103,11 +103,12 @@ async def test_a_short_206_on_every_attempt_fails_retriably():
 async def _check_cache_is_whole(b: Broker) -> None:
     """Every chunk and index the reader cached is as long as the segment metadata / object says."""
     rlm = b.rlm
-    await asyncio.gather(*rlm._chunks.entries.values(), *rlm._indexes.entries.values(), return_exceptions=True)
+    await asyncio.gather(*(e.future for e in rlm._chunks.entries.values()), *rlm._indexes.entries.values(),
+                         return_exceptions=True)
     await asyncio.sleep(0)
     mds = {md.segment_id.id: md for md in rlm.rlmm.list_remote_log_segments(rlm.tip_of("t", 0))}
-    cs = rlm.chunk_size
-    for (_, seg_id, i), fut in rlm._chunks.entries.items():
+    for (_, seg_id, cs, i), e in rlm._chunks.entries.items():
+        fut = e.future
         assert fut.done() and fut.exception() is None
         assert len(fut.result()) == min((i + 1) * cs, mds[seg_id].segment_size_in_bytes) - i * cs
     for key, fut in rlm._indexes.entries.items():

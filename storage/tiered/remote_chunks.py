@@ -1,0 +1,186 @@
+"""Parallel ranged reads of remote segments (issue 27): what the remote tier's reader keeps between Fetch requests.
+
+A real object store answers a GET in tens of milliseconds and streams one connection at 50-100 MB/s, so a sequential
+reader that waits for one chunk at a time reads at a fraction of the local log's speed. Three pieces fix that:
+
+- `GetEstimate` fits `time = latency + bytes / bandwidth` to the store's recent GETs (chunks, indexes and the short
+  last chunk of each segment give it different sizes), so the reader knows the store it is on.
+- `ReadAhead` is one segment's sequential reader state: a chunk size chosen from the estimate (large enough that the
+  first byte's latency is a third of a GET at most) and a window of chunks requested ahead of the reader, which
+  doubles whenever the reader has to wait for a chunk that was already on its way (the window was too short for the
+  reader's pace). Read-ahead happens only on a read, so it stops when the reader stops.
+- `ChunkCache` holds chunks, in flight and done, within `remote.fetch.max.memory.bytes`: a read-ahead is only started
+  while bytes in flight plus chunks fetched ahead and not yet read fit the budget, and done chunks are evicted
+  least recently used first. It counts hits, misses, waits and read-ahead bytes evicted unread (prefetch waste).
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Callable
+
+MIN_CHUNK = 2 << 20
+MAX_CHUNK = 16 << 20
+SMALL_GET = 256 << 10     # GETs up to this size tell the latency apart from the bandwidth
+
+
+class GetEstimate:
+    """A least-squares fit of `seconds = latency + bytes / bandwidth` over the store's last `samples` GETs."""
+
+    def __init__(self, samples: int = 64):
+        self._samples: deque[tuple[float, float]] = deque(maxlen=samples)
+        self.listener: Callable[[int, float], None] | None = None     # e.g. a latency histogram
+
+    def observe(self, nbytes: int, seconds: float) -> None:
+        self._samples.append((float(nbytes), max(seconds, 0.0)))
+        if self.listener is not None:
+            self.listener(nbytes, seconds)
+
+    def fit(self) -> tuple[float, float] | None:
+        """(latency seconds, bandwidth bytes/s), or None until GETs of different enough sizes were seen."""
+        n = len(self._samples)
+        if n < 4:
+            return None
+        ss = [s for s, _ in self._samples]
+        ts = [t for _, t in self._samples]
+        ms, mt = sum(ss) / n, sum(ts) / n
+        var = sum((s - ms) ** 2 for s in ss)
+        if var <= (0.25 * ms) ** 2 * n:        # sizes too alike: latency and bandwidth cannot be told apart
+            return None
+        slope = sum((s - ms) * (t - mt) for s, t in zip(ss, ts)) / var
+        if slope <= 0:
+            return None
+        return max(0.0, mt - slope * ms), 1.0 / slope
+
+    def chunk_size(self, default: int) -> int:
+        """A chunk for which the first byte's latency is at most a third of the GET: 2 x bandwidth x latency bytes,
+        a power of two within [MIN_CHUNK, MAX_CHUNK]; `default` until the store is known."""
+        fit = self.fit()
+        if fit is None:
+            return default
+        latency, bandwidth = fit
+        want = 2 * bandwidth * latency
+        return min(MAX_CHUNK, max(MIN_CHUNK, 1 << max(0, math.ceil(math.log2(max(want, 1))))))
+
+
+@dataclass(eq=False)
+class ReadAhead:
+    """One remote segment's sequential reading: its chunk size and how many chunks to keep requested ahead."""
+    chunk_size: int
+    window: int = 2
+    max_window: int = 32
+
+    def stalled(self) -> None:
+        """The reader waited for a chunk already requested ahead: it reads faster than the window delivers."""
+        self.window = min(self.max_window, self.window * 2)
+
+
+@dataclass(eq=False)
+class _Chunk:
+    future: asyncio.Future
+    size: int                  # the bytes asked for (what it holds once done)
+    ahead: bool                # requested ahead of the reader, and not read since
+    done: bool = False
+
+
+class ChunkCache:
+    """Chunks of remote segments, keyed by anything, as futures shared by every reader that wants them. `bytes` counts
+    chunks in flight at their requested size and done ones at theirs; a failed or cancelled fetch is forgotten."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.entries: OrderedDict[object, _Chunk] = OrderedDict()
+        self.bytes = 0
+        self.in_flight = 0          # bytes asked for and not yet answered
+        self.unread_ahead = 0       # bytes fetched ahead and not read yet
+        self.hits = self.misses = self.waits = 0
+        self.ahead_bytes = self.wasted_bytes = 0
+
+    def contains(self, key) -> bool:
+        return key in self.entries
+
+    def get(self, key, size: int, make: Callable[[], object]) -> tuple[asyncio.Future, bool]:
+        """The chunk for a reader: (its future, whether it was requested ahead and is not done yet, i.e. the reader
+        will wait for a read-ahead). Counts a hit, a wait or a miss."""
+        e = self.entries.get(key)
+        if e is None:
+            self.misses += 1
+            return self._start(key, size, make, ahead=False).future, False
+        self.entries.move_to_end(key)
+        waiting = not e.done
+        if waiting:
+            self.waits += 1
+        else:
+            self.hits += 1
+        if e.ahead:
+            e.ahead = False
+            if e.done:
+                self.unread_ahead -= e.size
+            return e.future, waiting
+        return e.future, False
+
+    def room_ahead(self, size: int) -> bool:
+        """Whether a read-ahead of `size` bytes fits the budget: bytes in flight plus chunks fetched ahead and not
+        read yet stay within it (done chunks already read can always be evicted)."""
+        return self.in_flight + self.unread_ahead + size <= self.capacity
+
+    def prefetch(self, key, size: int, make: Callable[[], object]) -> bool:
+        """Start a read-ahead of a chunk not held yet, if the budget has room."""
+        if key in self.entries or not self.room_ahead(size):
+            return False
+        self._start(key, size, make, ahead=True)
+        self.ahead_bytes += size
+        return True
+
+    def _start(self, key, size: int, make, ahead: bool) -> _Chunk:
+        e = _Chunk(asyncio.ensure_future(make()), size, ahead)
+        self.entries[key] = e
+        self.bytes += size
+        self.in_flight += size
+        e.future.add_done_callback(lambda f, k=key, e=e: self._done(k, e))
+        return e
+
+    def _done(self, key, e: _Chunk) -> None:
+        self.in_flight -= e.size
+        f = e.future
+        if f.cancelled() or f.exception() is not None:
+            if self.entries.get(key) is e:
+                del self.entries[key]
+                self.bytes -= e.size
+            return
+        got = len(f.result())
+        if self.entries.get(key) is not e:
+            return
+        self.bytes += got - e.size
+        e.size, e.done = got, True
+        if e.ahead:
+            self.unread_ahead += got
+        self._evict(key)
+
+    def _evict(self, keep) -> None:
+        """Drop done chunks until the cache fits its capacity: those already read first, then those read ahead and
+        not read yet (prefetch waste), least recently used first in each."""
+        for unread in (False, True):
+            for key in list(self.entries):
+                if self.bytes <= self.capacity:
+                    return
+                e = self.entries[key]
+                if key != keep and e.done and e.ahead == unread:
+                    self._forget(key, e)
+
+    def _forget(self, key, e: _Chunk) -> None:
+        del self.entries[key]
+        if e.done:
+            self.bytes -= e.size
+            if e.ahead:
+                self.unread_ahead -= e.size
+                self.wasted_bytes += e.size
+        else:
+            self.bytes -= e.size           # its answer is dropped when it comes (_done sees another entry)
+
+    def drop(self, pred) -> None:
+        """Forget the chunks whose key matches (a deleted segment, a partition no longer led)."""
+        for key in [k for k in self.entries if pred(k)]:
+            self._forget(key, self.entries[key])

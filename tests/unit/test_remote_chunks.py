@@ -1,0 +1,233 @@
+"""Parallel ranged reads of remote segments (issue 27, storage/tiered/remote_chunks.py): the store estimate, the chunk
+budget, and the remote reader's read-ahead over a store with real latency (FaultyObjectStore's latency_ms and
+bandwidth_mb_s): several GETs in flight, within the memory budget, each byte fetched once, nothing started once the
+reader stops, a failed GET failing only that read."""
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import OrderedDict
+
+import pytest
+
+from fakes import MemoryStore
+from storage.objectstore.faulty import FaultyObjectStore
+from storage.tiered.remote_chunks import MAX_CHUNK, MIN_CHUNK, ChunkCache, GetEstimate
+from storage.tiered.remote_log_metadata import (RemoteLogSegmentId, RemoteLogSegmentMetadata,
+                                                RemoteStorageException, TopicIdPartition)
+from storage.tiered.remote_log_reader import RemoteLogReader
+from storage.tiered.remote_storage_manager import RemoteStorageManager, segment_key_prefix
+
+MiB = 1 << 20
+
+
+# -- the store estimate -----------------------------------------------------------------------------------------------
+
+def test_the_estimate_tells_latency_from_bandwidth():
+    est = GetEstimate()
+    assert est.fit() is None and est.chunk_size(4 * MiB) == 4 * MiB          # nothing seen: the configured size
+    for size in (100_000, 4 * MiB, 2 * MiB, 150_000, 4 * MiB, 3 * MiB):
+        est.observe(size, 0.030 + size / 80e6)                                # 30 ms to the first byte, 80 MB/s
+    latency, bandwidth = est.fit()
+    assert latency == pytest.approx(0.030, rel=0.01) and bandwidth == pytest.approx(80e6, rel=0.01)
+    assert est.chunk_size(4 * MiB) == 8 * MiB           # 2 x 80 MB/s x 30 ms = 4.8 MB, rounded up to a power of two
+
+
+def test_the_estimate_keeps_the_default_until_sizes_differ_and_stays_within_bounds():
+    est = GetEstimate()
+    for _ in range(10):
+        est.observe(4 * MiB, 0.08)                       # one size only: latency and bandwidth cannot be told apart
+    assert est.fit() is None and est.chunk_size(4 * MiB) == 4 * MiB
+    fast, slow = GetEstimate(), GetEstimate()
+    for size in (10_000, 4 * MiB, 200_000, 2 * MiB):
+        fast.observe(size, 0.0002 + size / 2e9)          # a local disk: the smallest chunk
+        slow.observe(size, 0.5 + size / 50e6)            # half a second to the first byte: the largest
+    assert fast.chunk_size(4 * MiB) == MIN_CHUNK and slow.chunk_size(4 * MiB) == MAX_CHUNK
+
+
+# -- the chunk budget ---------------------------------------------------------------------------------------------------
+
+async def test_read_ahead_stays_within_the_budget_and_unread_evictions_count_as_waste():
+    cache = ChunkCache(capacity=300)
+    gate = asyncio.Event()
+
+    async def fetch(n):
+        await gate.wait()
+        return b"x" * n
+
+    def settled():
+        return asyncio.gather(*(e.future for e in cache.entries.values()))
+
+    assert cache.prefetch("a", 100, lambda: fetch(100)) and cache.prefetch("b", 100, lambda: fetch(100))
+    assert cache.prefetch("c", 100, lambda: fetch(100))
+    assert not cache.prefetch("d", 100, lambda: fetch(100))        # 300 bytes in flight: no room ahead
+    fut, waiting = cache.get("d", 100, lambda: fetch(100))          # a reader's own chunk is never refused
+    assert not waiting and cache.misses == 1 and cache.in_flight == 400
+    fut_a, waiting = cache.get("a", 100, lambda: fetch(100))
+    assert waiting and cache.waits == 1                              # read ahead, still on its way
+    gate.set()
+    await asyncio.gather(fut, fut_a, settled())
+    # 400 bytes done: a chunk already read goes first (a, the least recently used of a and d), none read ahead
+    assert not cache.contains("a") and cache.contains("d") and cache.bytes == 300
+    assert cache.in_flight == 0 and cache.unread_ahead == 200 and cache.wasted_bytes == 0
+    assert not cache.prefetch("e", 150, lambda: fetch(150))         # 200 unread + 150 > 300
+    assert cache.get("d", 100, lambda: fetch(100))[0].done() and cache.hits == 1
+    fut, _ = cache.get("f", 150, lambda: fetch(150))                # a reader's chunk: d (read), then b (unread) go
+    await fut
+    assert not cache.contains("d") and not cache.contains("b") and cache.contains("c")
+    assert cache.wasted_bytes == 100 and cache.unread_ahead == 100 and cache.bytes == 250
+
+
+async def test_a_failed_fetch_is_forgotten_and_the_next_reader_starts_it_again():
+    cache = ChunkCache(capacity=1000)
+
+    async def boom():
+        raise RemoteStorageException("503")
+    fut, _ = cache.get("k", 10, boom)
+    with pytest.raises(RemoteStorageException):
+        await fut
+    await asyncio.sleep(0)
+    assert not cache.contains("k") and cache.bytes == 0 and cache.in_flight == 0
+
+    async def fine():
+        return b"y" * 10
+    fut, _ = cache.get("k", 10, fine)
+    assert await fut == b"y" * 10 and cache.misses == 2
+
+
+# -- the reader over a store with real latency ------------------------------------------------------------------------
+
+class _CountingStore(FaultyObjectStore):
+    """Latency and a bandwidth cap per request; records the GETs of segment chunks in flight at once."""
+
+    def __init__(self, cache_of, **faults):
+        super().__init__(MemoryStore(), 1, **faults)
+        self.cache_of, self.now, self.most, self.ranges, self.over_budget = cache_of, 0, 0, [], []
+
+    async def get(self, key, start=0, end=None):
+        if not key.endswith(".log"):
+            return await super().get(key, start, end)
+        cache = self.cache_of()
+        if cache.in_flight + cache.unread_ahead > cache.capacity + (end - start):
+            self.over_budget.append((cache.in_flight, cache.unread_ahead))
+        self.now += 1
+        self.most = max(self.most, self.now)
+        self.ranges.append((start, end))
+        try:
+            return await super().get(key, start, end)
+        finally:
+            self.now -= 1
+
+
+class _Reader(RemoteLogReader):
+    """The remote reader's chunk path on one segment: a real RSM over the counting store."""
+
+    def __init__(self, store, budget: int, chunk_size: int = 4 * MiB, window: int = 2):
+        self.rsm = RemoteStorageManager(store)
+        self._chunks = ChunkCache(budget)
+        self._read_aheads = OrderedDict()
+        self.chunk_size, self.prefetch_chunks = chunk_size, window
+
+    def _next_segment(self, tip, md):
+        return None
+
+
+async def _segment(store, size: int) -> tuple[RemoteLogSegmentMetadata, bytes]:
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tip), 0, 999, 0, 1, 0, size, ((0, 0),))
+    data = os.urandom(size)
+    await store.inner.put(segment_key_prefix(md) + ".log", data)
+    return md, data
+
+
+async def _read_all(reader, md, step: int = 1 << 20) -> bytes:
+    cur = [-1, None]
+    out = []
+    for pos in range(0, md.segment_size_in_bytes, step):
+        out += await reader._range(md, pos, min(pos + step, md.segment_size_in_bytes), cur)
+    return b"".join(out)
+
+
+async def test_a_sequential_reader_keeps_several_gets_in_flight_within_the_budget():
+    store = _CountingStore(lambda: reader._chunks, get_latency_ms=30, get_bandwidth_mb_s=80)
+    reader = _Reader(store, budget=48 * MiB)
+    md, data = await _segment(store, 40 * MiB)
+    assert await _read_all(reader, md) == data
+    assert store.most > 3, "the read-ahead window never grew past its first two chunks"
+    assert not store.over_budget, store.over_budget[:5]
+    ranges = sorted(store.ranges)
+    assert sum(e - s for s, e in ranges) == len(data), "a byte was fetched twice (or not at all)"
+    assert reader._read_aheads[(md.tip, md.segment_id.id)].window > 2
+    assert reader._chunks.wasted_bytes == 0
+
+
+async def test_a_small_budget_holds_the_read_ahead_back():
+    store = _CountingStore(lambda: reader._chunks, get_latency_ms=30, get_bandwidth_mb_s=80)
+    reader = _Reader(store, budget=8 * MiB)                 # two 4 MiB chunks
+    md, data = await _segment(store, 24 * MiB)
+    assert await _read_all(reader, md) == data
+    assert store.most <= 3 and not store.over_budget       # two ahead at most, plus the reader's own chunk
+
+
+async def test_the_chunk_size_follows_the_store_once_it_is_known():
+    store = _CountingStore(lambda: reader._chunks, get_latency_ms=30, get_bandwidth_mb_s=80)
+    reader = _Reader(store, budget=64 * MiB)
+    first, data = await _segment(store, 10 * MiB)          # 4 MiB chunks and a 2 MiB last one
+    assert await _read_all(reader, first) == data
+    small, _ = await _segment(store, 100_000)
+    await _read_all(reader, small)
+    store.ranges.clear()
+    second, data = await _segment(store, 20 * MiB)
+    assert await _read_all(reader, second) == data
+    assert {e - s for s, e in store.ranges} == {8 * MiB, 4 * MiB}    # 2 x 80 MB/s x 30 ms, rounded up
+
+
+async def test_read_ahead_stops_when_the_reader_stops():
+    store = _CountingStore(lambda: reader._chunks, get_latency_ms=20, get_bandwidth_mb_s=200)
+    reader = _Reader(store, budget=256 * MiB, chunk_size=2 * MiB)
+    md, _ = await _segment(store, 64 * MiB)
+    cur = [-1, None]
+    for pos in range(0, 8 * MiB, MiB):                     # a reader that reads 8 MiB and goes away
+        await reader._range(md, pos, pos + MiB, cur)
+    await asyncio.sleep(0.3)                                # what it read ahead lands
+    started = len(store.ranges)
+    assert store.now == 0 and started < 32
+    await asyncio.sleep(0.3)
+    assert len(store.ranges) == started                     # and nothing more is asked for
+
+
+async def test_a_failed_get_fails_that_read_and_the_next_read_fetches_it_again():
+    store = _CountingStore(lambda: reader._chunks, get_latency_ms=5)
+    reader = _Reader(store, budget=64 * MiB, window=0)
+    md, data = await _segment(store, 6 * MiB)
+    store.faults.get_error_rate = 1
+    with pytest.raises(RemoteStorageException):
+        await reader._range(md, 0, MiB, [-1, None])
+    assert not reader._chunks.entries
+    store.faults.get_error_rate = 0
+    assert await _read_all(reader, md) == data
+
+
+async def test_the_reader_metrics_show_gets_misses_and_memory(tmp_path):
+    from prometheus_client import generate_latest
+    from test_remote_log_manager import TIERED, Broker, offsets
+    b = Broker(tmp_path, **{"remote.log.storage.manager.store.faults": "get_latency_ms=5,seed=3"})
+    try:
+        part = b.create("t", **TIERED)
+        b.produce(part, 10)                          # [0-2] [3-5] [6-8] tiered, [9] local
+        await b.rlm.run_once("t", 0)
+        task = b.rlm.remote_read("t", 0, part.log, 3, 1 << 20, True)
+        await asyncio.wait({task})
+        views, error = part.remote_read_result(3, task)
+        assert error == 0 and offsets(views) == [3, 4, 5]
+        text = generate_latest(b.rlm.registry).decode()
+        metric = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                  if line.startswith("strata_remote_log_reader_")}
+        assert metric["strata_remote_log_reader_chunk_misses_total"] >= 1
+        assert metric["strata_remote_log_reader_get_time_seconds_count"] >= 3      # the chunk and two indexes
+        assert metric["strata_remote_log_reader_buffer_limit_bytes"] == 256 << 20
+        assert metric["strata_remote_log_reader_in_flight_bytes"] == 0
+        assert 0 < metric["strata_remote_log_reader_buffer_bytes"] < 1 << 20
+    finally:
+        await b.close()
