@@ -12,6 +12,8 @@ reader that waits for one chunk at a time reads at a fraction of the local log's
 - `ChunkCache` holds chunks, in flight and done, within `remote.fetch.max.memory.bytes`: a read-ahead is only started
   while bytes in flight plus chunks fetched ahead and not yet read fit the budget, and done chunks are evicted
   least recently used first. It counts hits, misses, waits and read-ahead bytes evicted unread (prefetch waste).
+- `RangedReads` puts them together for any object read in order (a `RangedObject`): the broker's remote tier and
+  Spark's direct reads of the store use it alike.
 """
 from __future__ import annotations
 
@@ -184,3 +186,98 @@ class ChunkCache:
         """Forget the chunks whose key matches (a deleted segment, a partition no longer led)."""
         for key in [k for k in self.entries if pred(k)]:
             self._forget(key, self.entries[key])
+
+
+@dataclass(frozen=True)
+class RangedObject:
+    """An object read in chunks: `key` names it in the cache (any hashable), `size` is its length, `fetch(start, end)`
+    GETs bytes [start, end) (and refuses a short answer), `after` is called when a read-ahead reaches its end (to
+    start on what a sequential reader wants next: the next segment)."""
+    key: object
+    size: int
+    fetch: Callable[[int, int], object]
+    after: Callable[[], None] | None = None
+
+
+class RangedReads:
+    """Sequential reads of objects through a ChunkCache, each object with its ReadAhead: what the broker's remote tier
+    (remote_log_reader.py) and Spark's direct reads of the store (spark_connector/remote_reader.py) share."""
+
+    def __init__(self, cache: ChunkCache, estimate: GetEstimate, default_chunk: int, first_window: int,
+                 max_objects: int = 4096):
+        self.cache, self.estimate = cache, estimate
+        self.default_chunk, self.first_window, self.max_objects = default_chunk, first_window, max_objects
+        self.read_aheads: OrderedDict[object, ReadAhead] = OrderedDict()
+
+    def read_ahead(self, key) -> ReadAhead:
+        """The object's reading state, made at its first read with a chunk size from what the store showed so far."""
+        ra = self.read_aheads.get(key)
+        if ra is None:
+            cs = self.estimate.chunk_size(self.default_chunk)
+            ra = self.read_aheads[key] = ReadAhead(cs, self.first_window, max(1, self.cache.capacity // (2 * cs)))
+            if len(self.read_aheads) > self.max_objects:
+                self.read_aheads.popitem(last=False)
+        else:
+            self.read_aheads.move_to_end(key)
+        return ra
+
+    def drop(self, pred) -> None:
+        """Forget the objects whose key matches, and their chunks."""
+        self.cache.drop(lambda k: pred(k[0]))
+        for key in [k for k in self.read_aheads if pred(k)]:
+            del self.read_aheads[key]
+
+    def _get(self, obj: RangedObject, cs: int, i: int, ahead: bool):
+        start = i * cs
+        end = min(start + cs, obj.size)
+        key = (obj.key, cs, i)
+        if ahead:
+            return self.cache.prefetch(key, end - start, lambda: obj.fetch(start, end))
+        return self.cache.get(key, end - start, lambda: obj.fetch(start, end))
+
+    async def chunk(self, obj: RangedObject, i: int, ra: ReadAhead | None = None) -> bytes:
+        """Chunk `i` of the object, after starting the read-ahead past it; a reader that has to wait for a chunk
+        already read ahead widens the window."""
+        ra = ra or self.read_ahead(obj.key)
+        fut, waiting = self._get(obj, ra.chunk_size, i, ahead=False)
+        if waiting:
+            ra.stalled()
+        self.prefetch(obj, ra, i)
+        return await fut
+
+    def prefetch(self, obj: RangedObject, ra: ReadAhead, i: int) -> None:
+        """The window's chunks past `i` as far as the budget allows; past the object's end, `obj.after`."""
+        cs = ra.chunk_size
+        last = (obj.size - 1) // cs
+        for j in range(i + 1, i + 1 + ra.window):
+            if j > last:
+                if obj.after is not None:
+                    obj.after()
+                return
+            if not self.cache.contains((obj.key, cs, j)) and not self._get(obj, cs, j, ahead=True):
+                return                       # the budget is full: the rest waits for the reader to come closer
+
+    def start(self, obj: RangedObject) -> None:
+        """Read ahead the object's first chunk (a sequential reader will want it next)."""
+        ra = self.read_ahead(obj.key)
+        if obj.size > 0 and not self.cache.contains((obj.key, ra.chunk_size, 0)):
+            self._get(obj, ra.chunk_size, 0, ahead=True)
+
+    async def range(self, obj: RangedObject, start: int, end: int, cur: list) -> list[memoryview]:
+        """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk."""
+        ra = self.read_ahead(obj.key)
+        cs = ra.chunk_size
+        out = []
+        pos = start
+        while pos < end:
+            i = pos // cs
+            if cur[0] != (cs, i):
+                data = await self.chunk(obj, i, ra)
+                cur[0], cur[1] = (cs, i), memoryview(data)
+            lo = pos - i * cs
+            hi = min(end - i * cs, len(cur[1]))
+            if hi <= lo:
+                raise ValueError(f"{obj.key} is shorter than {end} bytes")
+            out.append(cur[1][lo:hi])
+            pos += hi - lo
+        return out

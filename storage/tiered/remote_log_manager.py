@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 import uuid
 from typing import Callable, Iterable, Protocol
@@ -35,7 +34,7 @@ from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, RemotePartitionDeleteState,
     REMOTE_LOG_METADATA_TOPIC, InternalTopic, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
 )
-from storage.tiered.remote_chunks import ChunkCache
+from storage.tiered.remote_chunks import ChunkCache, RangedReads
 from storage.tiered.remote_log_reader import RemoteLogReader, _LruFutures
 from storage.tiered.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
@@ -178,7 +177,7 @@ class RemoteLogManager(RemoteLogReader):
         self._expiration_slots = asyncio.Semaphore(
             max(1, config.get_int("remote.log.manager.expiration.thread.pool.size")))
         self._chunks = ChunkCache(config.get_int("remote.fetch.max.memory.bytes"))
-        self._read_aheads: OrderedDict = OrderedDict()       # (tip, segment id) -> ReadAhead, the most recent 4,096
+        self._ranged = RangedReads(self._chunks, self.rsm.gets, self.chunk_size, self.prefetch_chunks)
         self._indexes = _LruFutures(config.get_int("remote.log.index.file.cache.total.size.bytes"),
                                     lambda idx: idx.size)
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -370,9 +369,7 @@ class RemoteLogManager(RemoteLogReader):
                 t.stopped = True
                 t.wake.set()
             self.metrics.forget(info.name, p)
-            self._chunks.drop(lambda k, tip=tip: k[0] == tip)
-            for key in [k for k in self._read_aheads if k[0] == tip]:
-                del self._read_aheads[key]
+            self._ranged.drop(lambda k, tip=tip: k[0] == tip)
             self._indexes.drop(lambda k, tip=tip: k[0] == tip)
             if self.rlmm.list_remote_log_segments(tip) or t is not None:
                 self._mark_partition_deleted(tip, t)
@@ -558,8 +555,7 @@ class RemoteLogManager(RemoteLogReader):
         self.rlmm.update_state(cur, S.DELETE_SEGMENT_FINISHED)
         sid = md.segment_id.id
         self._indexes.drop(lambda k: k[:2] == (md.tip, sid))
-        self._chunks.drop(lambda k: k[0] == md.tip and k[1] == sid)
-        self._read_aheads.pop((md.tip, sid), None)
+        self._ranged.drop(lambda k: k == (md.tip, sid))
 
     async def _expire(self, t: _PartitionTask) -> None:
         """Kafka's cleanupExpiredRemoteLogSegments for one partition (single leader lineage)."""

@@ -22,7 +22,7 @@ from protocol.record_batch import HEADER_SIZE, read_header
 from storage.log.log import OffsetOutOfRangeError
 from storage.log.log_segment import record_timestamps
 from storage.log.transaction_index import AbortedTxn, collect_aborted, parse_entries
-from storage.tiered.remote_chunks import ReadAhead
+from storage.tiered.remote_chunks import RangedObject
 from storage.tiered.remote_log_metadata import (RemoteLogSegmentMetadata, RemoteLogSegmentState,
                                                 RemoteResourceNotFoundException, RemoteStorageException)
 from storage.tiered.remote_storage_manager import IndexType
@@ -265,76 +265,24 @@ class RemoteLogReader:
             return _Indexes(md.start_offset, off, ts)
         return self._indexes.get((md.tip, md.segment_id.id), load)
 
-    def _read_ahead(self, md: RemoteLogSegmentMetadata) -> ReadAhead:
-        """The segment's sequential reading state (remote_chunks.py): made at its first read, with a chunk size from
-        what the store's GETs have shown so far."""
-        key = (md.tip, md.segment_id.id)
-        ra = self._read_aheads.get(key)
-        if ra is None:
-            cs = self.rsm.gets.chunk_size(self.chunk_size)
-            ra = self._read_aheads[key] = ReadAhead(cs, self.prefetch_chunks,
-                                                    max(1, self._chunks.capacity // (2 * cs)))
-            if len(self._read_aheads) > 4096:
-                self._read_aheads.popitem(last=False)
-        else:
-            self._read_aheads.move_to_end(key)
-        return ra
-
-    def _fetch(self, md: RemoteLogSegmentMetadata, cs: int, i: int):
-        # the RSM refuses a short answer (retriable), so a truncated GET fails this read and is not cached
-        return lambda: self.rsm.fetch_log_segment(md, i * cs, min((i + 1) * cs, md.segment_size_in_bytes))
-
-    def _chunk_len(self, md: RemoteLogSegmentMetadata, cs: int, i: int) -> int:
-        return min((i + 1) * cs, md.segment_size_in_bytes) - i * cs
-
-    async def _chunk(self, md: RemoteLogSegmentMetadata, ra: ReadAhead, i: int) -> bytes:
-        """Chunk `i` of the segment for a reader, after starting the read-ahead past it: a reader that has to wait
-        for a chunk already read ahead widens the window."""
-        cs = ra.chunk_size
-        fut, waiting = self._chunks.get((md.tip, md.segment_id.id, cs, i), self._chunk_len(md, cs, i),
-                                        self._fetch(md, cs, i))
-        if waiting:
-            ra.stalled()
-        self._prefetch(md, ra, i)
-        return await fut
-
-    def _prefetch(self, md: RemoteLogSegmentMetadata, ra: ReadAhead, i: int) -> None:
-        """Sequential read-ahead: the window's chunks past `i`, and at the segment's end the next segment's indexes and
-        first chunk, as far as the memory budget allows."""
-        cs = ra.chunk_size
-        last = (md.segment_size_in_bytes - 1) // cs
-        for j in range(i + 1, i + 1 + ra.window):
-            if j > last:
-                nxt = self._next_segment(md.tip, md)
-                if nxt is not None:
-                    self._index(nxt)
-                    nra = self._read_ahead(nxt)
-                    self._chunks.prefetch((nxt.tip, nxt.segment_id.id, nra.chunk_size, 0),
-                                          self._chunk_len(nxt, nra.chunk_size, 0), self._fetch(nxt, nra.chunk_size, 0))
-                return
-            key = (md.tip, md.segment_id.id, cs, j)
-            if not self._chunks.contains(key) and \
-                    not self._chunks.prefetch(key, self._chunk_len(md, cs, j), self._fetch(md, cs, j)):
-                return                       # the budget is full: the rest waits for the reader to come closer
+    def _object(self, md: RemoteLogSegmentMetadata) -> RangedObject:
+        """The segment's .log object for the ranged reads (remote_chunks.py); at its end, read-ahead goes on with the
+        next segment's indexes and first chunk. The RSM refuses a short answer (retriable), so a truncated GET fails
+        the read and is not cached."""
+        def after():
+            nxt = self._next_segment(md.tip, md)
+            if nxt is not None:
+                self._index(nxt)
+                self._ranged.start(self._object(nxt))
+        return RangedObject((md.tip, md.segment_id.id), md.segment_size_in_bytes,
+                            lambda start, end: self.rsm.fetch_log_segment(md, start, end), after)
 
     async def _range(self, md, start: int, end: int, cur: list) -> list[memoryview]:
-        """Views covering [start, end) of the segment; `cur` caches (chunk index, memoryview) of the last chunk."""
-        ra = self._read_ahead(md)
-        cs = ra.chunk_size
-        out = []
-        pos = start
-        while pos < end:
-            i = pos // cs
-            if cur[0] != (cs, i):
-                data = await self._chunk(md, ra, i)
-                cur[0], cur[1] = (cs, i), memoryview(data)
-            lo = pos - i * cs
-            hi = min(end - i * cs, len(cur[1]))
-            if hi <= lo:
-                raise RemoteStorageException(f"{md.segment_id} is shorter than its metadata says")
-            out.append(cur[1][lo:hi])
-            pos += hi - lo
-        return out
+        """Views covering [start, end) of the segment; `cur` keeps the last chunk between calls."""
+        try:
+            return await self._ranged.range(self._object(md), start, end, cur)
+        except ValueError as e:
+            raise RemoteStorageException(f"{md.segment_id} is shorter than its metadata says: {e}") from None
 
     async def _read_batches(self, md, pos: int, offset: int, max_bytes: int, min_one: bool) -> list[memoryview]:
         size = md.segment_size_in_bytes

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections import OrderedDict
 
 import pytest
 
 from fakes import MemoryStore
 from storage.objectstore.faulty import FaultyObjectStore
-from storage.tiered.remote_chunks import MAX_CHUNK, MIN_CHUNK, ChunkCache, GetEstimate
+from storage.tiered.remote_chunks import MAX_CHUNK, MIN_CHUNK, ChunkCache, GetEstimate, RangedReads
 from storage.tiered.remote_log_metadata import (RemoteLogSegmentId, RemoteLogSegmentMetadata,
                                                 RemoteStorageException, TopicIdPartition)
 from storage.tiered.remote_log_reader import RemoteLogReader
@@ -126,8 +125,7 @@ class _Reader(RemoteLogReader):
     def __init__(self, store, budget: int, chunk_size: int = 4 * MiB, window: int = 2):
         self.rsm = RemoteStorageManager(store)
         self._chunks = ChunkCache(budget)
-        self._read_aheads = OrderedDict()
-        self.chunk_size, self.prefetch_chunks = chunk_size, window
+        self._ranged = RangedReads(self._chunks, self.rsm.gets, chunk_size, window)
 
     def _next_segment(self, tip, md):
         return None
@@ -158,7 +156,7 @@ async def test_a_sequential_reader_keeps_several_gets_in_flight_within_the_budge
     assert not store.over_budget, store.over_budget[:5]
     ranges = sorted(store.ranges)
     assert sum(e - s for s, e in ranges) == len(data), "a byte was fetched twice (or not at all)"
-    assert reader._read_aheads[(md.tip, md.segment_id.id)].window > 2
+    assert reader._ranged.read_aheads[(md.tip, md.segment_id.id)].window > 2
     assert reader._chunks.wasted_bytes == 0
 
 

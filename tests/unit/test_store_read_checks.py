@@ -107,7 +107,7 @@ async def _check_cache_is_whole(b: Broker) -> None:
                          return_exceptions=True)
     await asyncio.sleep(0)
     mds = {md.segment_id.id: md for md in rlm.rlmm.list_remote_log_segments(rlm.tip_of("t", 0))}
-    for (_, seg_id, cs, i), e in rlm._chunks.entries.items():
+    for ((_, seg_id), cs, i), e in rlm._chunks.entries.items():
         fut = e.future
         assert fut.done() and fut.exception() is None
         assert len(fut.result()) == min((i + 1) * cs, mds[seg_id].segment_size_in_bytes) - i * cs
