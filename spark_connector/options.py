@@ -121,6 +121,7 @@ class ReadOptions:
     poll_timeout_ms: int = 120_000
     direct_read: bool = True
     chunk_bytes: int = 8 << 20
+    read_memory_bytes: int = 128 << 20
     filter_pushdown: bool = False    # strata.filterPushdown: narrow the planned ranges by offset/partition/timestamp
 
 
@@ -533,6 +534,7 @@ def parse_read_options(opts: Mapping[str, str], *, streaming: bool | None) -> Re
         poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs", 120_000),
         direct_read=_bool(opts, "strata.directRead", True),
         chunk_bytes=chunk,
+        read_memory_bytes=_positive(opts, "strata.readMemoryBytes", 128 << 20),
         filter_pushdown=_bool(opts, "strata.filterPushdown", False))
 
 

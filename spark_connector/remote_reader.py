@@ -2,8 +2,8 @@
 
 Per segment: the `.index` object (Kafka's offset index: 8-byte entries, offset relative to the segment's base and
 byte position, both u32 big endian; an entry names the LAST offset of the batch at that position) gives the byte
-position at or below the first wanted offset; then ranged GETs of the `.log` object, one chunk ahead of the decoder,
-are walked batch by batch on the 61-byte v2 header (baseOffset i64, batchLength i32, ..., attributes i16 at byte 21,
+position at or below the first wanted offset; then ranged GETs of the `.log` object, several in flight ahead of the
+decoder (the broker's parallel ranged reads), are walked batch by batch on the 61-byte v2 header (baseOffset i64, batchLength i32, ..., attributes i16 at byte 21,
 lastOffsetDelta i32 at 23, baseTimestamp i64 at 27, maxTimestamp i64 at 35, ...). Batches wholly outside the range,
 control batches and batches entirely older than a pushed timestamp bound are skipped without decompressing; the
 rest are decompressed by protocol/records.py (every codec, xerial snappy included) and decoded into columns by
@@ -68,20 +68,27 @@ def walk_batches(buf: bytes, start: int, end: int, ts_lo: int | None, builder, k
 
 
 class RemoteReader:
-    """Reads pieces of one input partition; owns a StoreClient (an event loop thread) until close()."""
+    """Reads pieces of one input partition; owns a StoreClient (an event loop thread) until close(). Segments are read
+    with the broker's parallel ranged reads (storage/tiered/remote_chunks.py): on the client's loop, several GETs
+    stay in flight ahead of the decoder, as many as the store's latency and the decoder's pace call for, within
+    `memory_bytes`."""
 
-    def __init__(self, store: tuple, chunk_bytes: int, fail_on_data_loss: bool):
+    def __init__(self, store: tuple, chunk_bytes: int, fail_on_data_loss: bool, memory_bytes: int = 128 << 20):
         from spark_connector.storeio import StoreClient
+        from storage.tiered.remote_chunks import ChunkCache, GetEstimate, RangedReads
         url, options = store
         self.client = StoreClient(url, dict(options))
-        self.chunk = chunk_bytes
         self.fail = fail_on_data_loss
+        self.reads = RangedReads(ChunkCache(memory_bytes), GetEstimate(), chunk_bytes, 2)
         self.gets = 0                 # ranged GETs of .log objects and their bytes (the benchmark prints them)
         self.bytes = 0
         self._txn_indexes: dict[str, list] = {}     # read_committed: parsed .txnindex objects by key prefix
 
     def close(self) -> None:
-        self.client.close()
+        try:
+            self.client.call(self.reads.close(), timeout=30)
+        finally:
+            self.client.close()
 
     def _gone(self, piece: Piece, builder, what: str) -> None:
         report_data_loss(self.fail, f"Remote segment {piece.key_prefix} of {builder.topic}-{builder.partition} "
@@ -111,6 +118,22 @@ class RemoteReader:
             return None
         return AbortedFilter(found + overlapping(local, piece.start, piece.end))
 
+    def _object(self, key: str, size: int):
+        """The .log object for the ranged reads; each GET is timed for the store estimate. A GET may come back short
+        (an object shorter than its metadata): the read then ends there and says so."""
+        import time
+        from storage.tiered.remote_chunks import RangedObject
+        store, estimate = self.client.store, self.reads.estimate
+
+        async def fetch(start: int, end: int) -> bytes:
+            t0 = time.monotonic()
+            data = await store.get(key, start, end)
+            estimate.observe(len(data), time.monotonic() - t0)
+            self.gets += 1
+            self.bytes += len(data)
+            return data
+        return RangedObject(key, size, fetch)
+
     def read(self, piece: Piece, builder, ts_lo: int | None = None, txn: tuple | None = None) -> Iterator:
         """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full.
         With `txn` (read_committed: the range's aborted transactions, see aborted()) records of aborted transactions
@@ -130,26 +153,31 @@ class RemoteReader:
                 self._gone(piece, builder, "its .index")
                 return
             position = index_position(index, piece.segment_start, piece.start)
-
+        size = piece.size
+        if size < 0:
+            info = self.client.call(self.client.store.head(key))
+            if info is None:
+                self._gone(piece, builder, "its .log")
+                return
+            size = info.size
+        obj = self._object(key, size)
+        ra = self.client.on_loop(self.reads.read_ahead, key)
+        cs = ra.chunk_size
+        i, skip = divmod(position, cs)
         start, end = piece.start, piece.end
-        size = piece.size if piece.size >= 0 else None
-        fetch_at = position
-        pending = self.client.get(key, fetch_at, fetch_at + self.chunk)
         buf = b""
         next_offset = start
-        done = False
+        done = position >= size
         while not done:
             try:
-                data = pending.result()
+                data = self.client.call(self.reads.chunk(obj, i, ra))
             except ObjectNotFound:
                 self._gone(piece, builder, "its .log")
                 return
-            self.gets += 1
-            self.bytes += len(data)
-            wanted = self.chunk
-            fetch_at += len(data)
-            eof = len(data) < wanted or (size is not None and fetch_at >= size)
-            pending = None if eof else self.client.get(key, fetch_at, fetch_at + self.chunk)
+            eof = len(data) < min(cs, size - i * cs) or (i + 1) * cs >= size
+            if skip:
+                data, skip = data[skip:], 0
+            i += 1
             buf = buf + data if buf else data
             p, next_offset, done = yield from walk_batches(buf, start, end, ts_lo, builder, key, next_offset,
                                                            aborted)
@@ -165,5 +193,5 @@ class RemoteReader:
                                                 f"{builder.partition} are not in the object store (its last segment "
                                                 f"ends at {next_offset - 1}) and the broker is unreachable")
                 done = True
-        if pending is not None:
-            pending.cancel()
+        # read as far as wanted: its chunks are not needed again (the cache is the loop thread's)
+        self.client.on_loop(self.reads.cache.drop, lambda k: k[0] == key)

@@ -40,12 +40,13 @@ def read_range(opts: ReadOptions, part: OffsetRange) -> Iterator:
         for piece in part.pieces:
             if piece.key_prefix is not None and opts.direct_read:
                 if remote is None:
-                    remote = RemoteReader(part.store, opts.chunk_bytes, opts.fail_on_data_loss)
+                    remote = RemoteReader(part.store, opts.chunk_bytes, opts.fail_on_data_loss,
+                                          opts.read_memory_bytes)
                 yield from remote.read(piece, builder, part.ts_lo, txn)
             elif getattr(piece, "wal", ()) and opts.direct_read:
                 from spark_connector.wal_reader import WalReader
                 if wal is None:
-                    wal = WalReader(part.wal_store)
+                    wal = WalReader(part.wal_store, opts.read_memory_bytes)
                 yield from wal.read(piece, builder, part.ts_lo, None if txn is None else txn[0])
                 if wal.stopped_at is not None:          # collected or damaged: the rest by Fetch
                     yield from fetch_range(opts, part.topic, part.partition, wal.stopped_at, piece.end, builder)

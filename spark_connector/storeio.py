@@ -54,6 +54,12 @@ class StoreClient:
     def call(self, coro, timeout: float | None = None):
         return self.submit(coro).result(timeout)
 
+    def on_loop(self, fn, *args):
+        """Call `fn(*args)` on the loop's thread (for state the loop's tasks also change) and return its result."""
+        async def run():
+            return fn(*args)
+        return self.call(run())
+
     def get(self, key: str, start: int = 0, end: int | None = None) -> concurrent.futures.Future:
         return self.submit(self.store.get(key, start, end))
 

@@ -10,6 +10,7 @@ not yet read: the caller reads the rest of the piece by Fetch, so a late task st
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Iterator
 
 from spark_connector.remote_reader import walk_batches
@@ -32,18 +33,37 @@ def group_gets(pointers) -> list[tuple[str, int, int, list]]:
 
 
 class WalReader:
-    """Reads the WAL pieces of one input partition; owns a StoreClient for the fast store until close()."""
+    """Reads the WAL pieces of one input partition; owns a StoreClient for the fast store until close(). The GETs of
+    a piece are read in order with the broker's read-ahead (storage/tiered/remote_chunks.py: ChunkCache.in_order):
+    two in flight at first, twice as many whenever the decoder waits for one already on its way, within
+    `memory_bytes`."""
 
-    def __init__(self, store: tuple):
+    def __init__(self, store: tuple, memory_bytes: int = 128 << 20):
         from spark_connector.storeio import StoreClient
+        from storage.tiered.remote_chunks import ChunkCache
         url, options = store
         self.client = StoreClient(url, dict(options))
+        self.cache = ChunkCache(memory_bytes)
         self.gets = 0
         self.bytes = 0
         self.stopped_at: int | None = None      # set when the store could not serve the whole piece
 
     def close(self) -> None:
-        self.client.close()
+        async def cancel():
+            pending = [e.future for e in self.cache.entries.values() if not e.future.done()]
+            for f in pending:
+                f.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        try:
+            self.client.call(cancel(), timeout=30)
+        finally:
+            self.client.close()
+
+    def _parts(self, gets) -> list:
+        """The piece's GETs as ChunkCache.in_order parts: (cache key, size, make)."""
+        store = self.client.store
+        return [((key, lo, hi), hi - lo, (lambda key=key, lo=lo, hi=hi: store.get(key, lo, hi)))
+                for key, lo, hi, _ in gets]
 
     def read(self, piece, builder, ts_lo: int | None = None, aborted: tuple | None = None) -> Iterator:
         """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full.
@@ -56,34 +76,39 @@ class WalReader:
         from spark_connector.transactions import AbortedFilter, overlapping
         self.stopped_at = None
         txn_filter = None if aborted is None else AbortedFilter(overlapping(aborted, piece.start, piece.end))
+        from storage.tiered.remote_chunks import ReadAhead
         start, end = piece.start, piece.end
         gets = group_gets(piece.wal)
-        pending = self.client.get(gets[0][0], gets[0][1], gets[0][2]) if gets else None
+        parts = self._parts(gets)
+        ra = ReadAhead(MAX_GET_BYTES, 2, max(1, self.cache.capacity // (2 * MAX_GET_BYTES)))
+
+        async def part(i: int) -> bytes:
+            return await self.cache.in_order(ra, parts, i)
         next_offset = start
-        for i, (key, lo, _hi, ptrs) in enumerate(gets):
-            try:
-                data = pending.result()
-            except ObjectNotFound:
-                self.stopped_at = next_offset
-                return
-            pending = self.client.get(*gets[i + 1][:3]) if i + 1 < len(gets) else None
-            self.gets += 1
-            self.bytes += len(data)
-            for ptr in ptrs:
-                chunk = data[ptr[1] - lo:ptr[1] - lo + ptr[2]]
-                if len(chunk) != ptr[2] or crc32c.crc32c(chunk) != ptr[3]:
+        try:
+            for i, (key, lo, _hi, ptrs) in enumerate(gets):
+                try:
+                    data = self.client.call(part(i))
+                except ObjectNotFound:
                     self.stopped_at = next_offset
-                    if pending is not None:
-                        pending.cancel()
                     return
-                used, next_offset, done = yield from walk_batches(chunk, start, end, ts_lo, builder, key,
-                                                                  next_offset, txn_filter)
-                if used != len(chunk) and not done:
-                    raise ValueError(f"WAL chunk {key}@{ptr[1]} of {builder.topic}-{builder.partition} does not "
-                                     f"end on a batch boundary although its CRC matches")
-                if done or next_offset >= end:
-                    if pending is not None:
-                        pending.cancel()
-                    return
-        if next_offset < end:
-            self.stopped_at = next_offset
+                self.gets += 1
+                self.bytes += len(data)
+                for ptr in ptrs:
+                    chunk = data[ptr[1] - lo:ptr[1] - lo + ptr[2]]
+                    if len(chunk) != ptr[2] or crc32c.crc32c(chunk) != ptr[3]:
+                        self.stopped_at = next_offset
+                        return
+                    used, next_offset, done = yield from walk_batches(chunk, start, end, ts_lo, builder, key,
+                                                                      next_offset, txn_filter)
+                    if used != len(chunk) and not done:
+                        raise ValueError(f"WAL chunk {key}@{ptr[1]} of {builder.topic}-{builder.partition} does "
+                                         f"not end on a batch boundary although its CRC matches")
+                    if done or next_offset >= end:
+                        return
+            if next_offset < end:
+                self.stopped_at = next_offset
+        finally:
+            wanted = {p[0] for p in parts}
+            # the piece is read (or given up): its GETs are not needed (the cache is the loop thread's)
+            self.client.on_loop(self.cache.drop, lambda k: k in wanted)

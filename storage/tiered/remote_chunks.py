@@ -136,6 +136,26 @@ class ChunkCache:
         self.ahead_bytes += size
         return True
 
+    def in_order(self, ra: "ReadAhead", parts, i: int) -> asyncio.Future:
+        """Part `i` of a sequence read in order (`parts[j]` is (key, size, make) and `len(parts)` their number), after
+        starting the read-ahead of the `ra.window` parts after it as far as the budget allows. A reader that will
+        wait for a part already read ahead widens the window. Returns the part's future; True from `parts.past_end`
+        (when it has one) is called with the read-ahead reaching past the last part."""
+        key, size, make = parts[i]
+        fut, waiting = self.get(key, size, make)
+        if waiting:
+            ra.stalled()
+        for j in range(i + 1, i + 1 + ra.window):
+            if j >= len(parts):
+                past_end = getattr(parts, "past_end", None)
+                if past_end is not None:
+                    past_end()
+                break
+            key, size, make = parts[j]
+            if key not in self.entries and not self.prefetch(key, size, make):
+                break                        # the budget is full: the rest waits for the reader to come closer
+        return fut
+
     def _start(self, key, size: int, make, ahead: bool) -> _Chunk:
         e = _Chunk(asyncio.ensure_future(make()), size, ahead)
         self.entries[key] = e
@@ -199,6 +219,22 @@ class RangedObject:
     after: Callable[[], None] | None = None
 
 
+class _Chunks:
+    """An object's chunks of `cs` bytes as the parts ChunkCache.in_order reads."""
+
+    def __init__(self, obj: RangedObject, cs: int):
+        self.obj, self.cs = obj, cs
+        self.past_end = obj.after
+
+    def __len__(self) -> int:
+        return -(-self.obj.size // self.cs)
+
+    def __getitem__(self, i: int):
+        obj, start = self.obj, i * self.cs
+        end = min(start + self.cs, obj.size)
+        return (obj.key, self.cs, i), end - start, lambda: obj.fetch(start, end)
+
+
 class RangedReads:
     """Sequential reads of objects through a ChunkCache, each object with its ReadAhead: what the broker's remote tier
     (remote_log_reader.py) and Spark's direct reads of the store (spark_connector/remote_reader.py) share."""
@@ -221,47 +257,29 @@ class RangedReads:
             self.read_aheads.move_to_end(key)
         return ra
 
+    async def close(self) -> None:
+        """Cancel the GETs still in flight and wait for them to end (a reader going away)."""
+        pending = [e.future for e in self.cache.entries.values() if not e.future.done()]
+        for f in pending:
+            f.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
     def drop(self, pred) -> None:
         """Forget the objects whose key matches, and their chunks."""
         self.cache.drop(lambda k: pred(k[0]))
         for key in [k for k in self.read_aheads if pred(k)]:
             del self.read_aheads[key]
 
-    def _get(self, obj: RangedObject, cs: int, i: int, ahead: bool):
-        start = i * cs
-        end = min(start + cs, obj.size)
-        key = (obj.key, cs, i)
-        if ahead:
-            return self.cache.prefetch(key, end - start, lambda: obj.fetch(start, end))
-        return self.cache.get(key, end - start, lambda: obj.fetch(start, end))
-
     async def chunk(self, obj: RangedObject, i: int, ra: ReadAhead | None = None) -> bytes:
-        """Chunk `i` of the object, after starting the read-ahead past it; a reader that has to wait for a chunk
-        already read ahead widens the window."""
+        """Chunk `i` of the object, after starting the read-ahead past it (ChunkCache.in_order)."""
         ra = ra or self.read_ahead(obj.key)
-        fut, waiting = self._get(obj, ra.chunk_size, i, ahead=False)
-        if waiting:
-            ra.stalled()
-        self.prefetch(obj, ra, i)
-        return await fut
-
-    def prefetch(self, obj: RangedObject, ra: ReadAhead, i: int) -> None:
-        """The window's chunks past `i` as far as the budget allows; past the object's end, `obj.after`."""
-        cs = ra.chunk_size
-        last = (obj.size - 1) // cs
-        for j in range(i + 1, i + 1 + ra.window):
-            if j > last:
-                if obj.after is not None:
-                    obj.after()
-                return
-            if not self.cache.contains((obj.key, cs, j)) and not self._get(obj, cs, j, ahead=True):
-                return                       # the budget is full: the rest waits for the reader to come closer
+        return await self.cache.in_order(ra, _Chunks(obj, ra.chunk_size), i)
 
     def start(self, obj: RangedObject) -> None:
         """Read ahead the object's first chunk (a sequential reader will want it next)."""
         ra = self.read_ahead(obj.key)
-        if obj.size > 0 and not self.cache.contains((obj.key, ra.chunk_size, 0)):
-            self._get(obj, ra.chunk_size, 0, ahead=True)
+        if obj.size > 0:
+            self.cache.prefetch(*_Chunks(obj, ra.chunk_size)[0])
 
     async def range(self, obj: RangedObject, start: int, end: int, cur: list) -> list[memoryview]:
         """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk."""

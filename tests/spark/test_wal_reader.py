@@ -72,3 +72,30 @@ def test_a_collected_object_or_a_damaged_chunk_stops_at_the_first_offset_not_rea
     assert rows == list(range(20)) and stopped == 20
     rows, _, stopped, _ = read(tmp_path, ptrs[:1], 0, 40)                # pointers end before the piece does
     assert rows == list(range(20)) and stopped == 20
+
+
+def test_many_objects_are_read_with_gets_in_flight_ahead_of_the_decoder(tmp_path):
+    """Issue 27: a piece spread over many WAL objects is read with the broker's read-ahead: over a store with 30 ms to
+    the first byte, the window of GETs in flight grows past two, and the records still come back once, in order."""
+    ptrs = []
+    for i in range(24):
+        ptrs += write_object(tmp_path, f"wal/{i}/0000000000000001", [(100 * i, batches(100 * i, 10))])
+    reader = WalReader((f"file://{tmp_path}", {"faults": "get_latency_ms=30"}))
+    builder = RowBuilder("t", 0, False)
+    waits = []
+    real = reader.cache.in_order
+
+    def in_order(ra, parts, i):
+        fut = real(ra, parts, i)
+        waits.append(ra.window)
+        return fut
+    reader.cache.in_order = in_order
+    try:
+        out = list(reader.read(SimpleNamespace(start=0, end=2400, wal=tuple(ptrs)), builder))
+        last = builder.take()
+        rows = [o for b in out + ([last] if last is not None else []) for o in b.column("offset").to_pylist()]
+    finally:
+        reader.close()
+    assert rows == list(range(2400)) and reader.gets == 24 and reader.stopped_at is None
+    assert max(waits) > 2, waits
+    assert not reader.cache.entries                     # dropped once the piece was read
