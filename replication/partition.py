@@ -515,12 +515,18 @@ class Partition:
 
     def remote_read_result(self, fetch_offset: int, task: asyncio.Task) -> tuple[list, int]:
         """(record views, error code) of a remote read once a Fetch stops waiting (Kafka's DelayedRemoteFetch). A
-        read still running yields nothing and no error: it stays registered, so the client's retry of the same
-        offset gets its result. A failed read is UNKNOWN_SERVER_ERROR (Kafka's mapping of RemoteStorageException)."""
+        read still running answers the whole batches it has read so far (a slow store then delays the consumer by
+        remote.fetch.max.wait.ms, never by a whole read; what follows is likely in the chunk cache by the next
+        fetch); with none yet it answers nothing and no error and stays registered, so the client's retry of the
+        same offset gets its result. A failed read is UNKNOWN_SERVER_ERROR (Kafka's mapping of
+        RemoteStorageException)."""
         rlm = self.remote
         if not task.done():
             rlm.metrics.fetch_expires.inc()
-            return [], 0
+            partial = list(getattr(task, "progress", ()))
+            if partial:
+                rlm.consumed(self.topic, self.index, fetch_offset, task)     # the client moves past it
+            return partial, 0
         rlm.consumed(self.topic, self.index, fetch_offset, task)
         if task.cancelled():
             return [], ErrorCode.unknown_server_error

@@ -271,9 +271,10 @@ class RangedReads:
             del self.read_aheads[key]
 
     async def chunk(self, obj: RangedObject, i: int, ra: ReadAhead | None = None) -> bytes:
-        """Chunk `i` of the object, after starting the read-ahead past it (ChunkCache.in_order)."""
+        """Chunk `i` of the object, after starting the read-ahead past it (ChunkCache.in_order). Shielded: a reader
+        that is cancelled must not cancel a GET other readers share."""
         ra = ra or self.read_ahead(obj.key)
-        return await self.cache.in_order(ra, _Chunks(obj, ra.chunk_size), i)
+        return await asyncio.shield(self.cache.in_order(ra, _Chunks(obj, ra.chunk_size), i))
 
     def start(self, obj: RangedObject) -> None:
         """Read ahead the object's first chunk (a sequential reader will want it next)."""

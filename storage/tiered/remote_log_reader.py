@@ -142,8 +142,10 @@ class RemoteLogReader:
         if self._pending_reads >= self.max_pending_reads:
             raise RemoteStorageException(f"remote log reader queue is full ({self._pending_reads} pending)")
         tip = self.tip_of(topic, partition)
+        progress: list[memoryview] = []
         task = asyncio.get_running_loop().create_task(self._read_task(tip, lg, offset, max_bytes,
-                                                                      min_one_message))
+                                                                      min_one_message, progress))
+        task.progress = progress       # whole batches read so far: what a Fetch that stops waiting answers
         self._inflight_reads[key] = task
         task.add_done_callback(lambda f, k=key: self._read_done(k, f))
         return task
@@ -172,7 +174,7 @@ class RemoteLogReader:
             if timer is not None:
                 timer.cancel()
 
-    async def _read_task(self, tip, lg, offset, max_bytes, min_one):
+    async def _read_task(self, tip, lg, offset, max_bytes, min_one, progress=None):
         topic = tip.topic
         self._pending_reads += 1
         try:
@@ -183,7 +185,7 @@ class RemoteLogReader:
         t0 = time.monotonic()
         try:
             self.metrics.fetch_requests.labels(topic).inc()
-            views = await self.read(tip, lg, offset, max_bytes, min_one)
+            views = await self.read(tip, lg, offset, max_bytes, min_one, progress)
             self.metrics.fetch_bytes.labels(topic).inc(sum(len(v) for v in views))
             return views
         except OffsetOutOfRangeError:
@@ -215,15 +217,18 @@ class RemoteLogReader:
                 best = s
         return best
 
-    async def read(self, tip, lg, offset: int, max_bytes: int, min_one: bool) -> list[memoryview]:
+    async def read(self, tip, lg, offset: int, max_bytes: int, min_one: bool,
+                   progress: list | None = None) -> list[memoryview]:
         """Kafka's RemoteLogManager.read: whole batches from the remote segment holding `offset`, at most
-        max_bytes (the first batch whatever its size with min_one). Zero-copy slices of cached chunks."""
+        max_bytes (the first batch whatever its size with min_one). Zero-copy slices of cached chunks. `progress`
+        (the list returned) holds the whole batches read so far at any time."""
         md = self.segment_for_offset(tip, lg, offset)
         if md is None:
             raise OffsetOutOfRangeError(f"offset {offset} of {tip} is not in the remote tier")
         for _ in range(1000):
             idx = await self._index(md)
-            views = await self._read_batches(md, idx.position_for(offset), offset, max_bytes, min_one)
+            views = await self._read_batches(md, idx.position_for(offset), offset, max_bytes, min_one,
+                                             progress if progress is not None else [])
             if views:
                 return views
             md = self._next_segment(tip, md)     # nothing at/after offset in this segment (e.g. compacted away)
@@ -284,10 +289,11 @@ class RemoteLogReader:
         except ValueError as e:
             raise RemoteStorageException(f"{md.segment_id} is shorter than its metadata says: {e}") from None
 
-    async def _read_batches(self, md, pos: int, offset: int, max_bytes: int, min_one: bool) -> list[memoryview]:
+    async def _read_batches(self, md, pos: int, offset: int, max_bytes: int, min_one: bool,
+                            out: list[memoryview]) -> list[memoryview]:
+        """Whole batches from `pos`, appended to `out` one batch at a time (after all of its bytes arrived)."""
         size = md.segment_size_in_bytes
         cur = [-1, None]
-        out: list[memoryview] = []
         total = 0
         while pos + HEADER_SIZE <= size:
             h = read_header(b"".join(await self._range(md, pos, pos + HEADER_SIZE, cur)), 0)
@@ -299,7 +305,7 @@ class RemoteLogReader:
                 continue
             if total + bsize > max_bytes and not (min_one and not out):
                 break
-            out.extend(await self._range(md, pos, pos + bsize, cur))
+            out.extend(await self._range(md, pos, pos + bsize, cur))     # at once: `out` holds whole batches
             total += bsize
             pos += bsize
             if total >= max_bytes:

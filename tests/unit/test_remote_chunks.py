@@ -229,3 +229,50 @@ async def test_the_reader_metrics_show_gets_misses_and_memory(tmp_path):
         assert 0 < metric["strata_remote_log_reader_buffer_bytes"] < 1 << 20
     finally:
         await b.close()
+
+
+class _GatedStore:
+    """A store whose segment GETs past the first chunk wait for `gate`."""
+
+    def __init__(self, inner):
+        self.inner, self.gate = inner, asyncio.Event()
+
+    async def get(self, key, start=0, end=None):
+        if key.endswith(".log") and start > 0:
+            await self.gate.wait()
+        return await self.inner.get(key, start, end)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+async def test_a_fetch_that_stops_waiting_gets_the_whole_batches_read_so_far(tmp_path):
+    """Issue 27: a remote read still running when remote.fetch.max.wait.ms ends answers the whole batches it has
+    (here those of the first 4 KiB chunk, the next chunk's GET being held), and the client's next fetch, from the
+    offset after them, gets the rest once the store answers."""
+    from test_remote_log_manager import VALUE, Broker, offsets
+    b = Broker(tmp_path, **{"remote.log.reader.chunk.size.bytes": "4096", "remote.log.reader.prefetch.chunks": "0"})
+    try:
+        part = b.create("t", remote_storage_enable="true", segment_bytes=20 * (VALUE + 80), local_retention_bytes=1)
+        b.produce(part, 25)                              # [0-19] tiered, [20-24] local
+        await b.rlm.run_once("t", 0)
+        assert part.log.local_log_start_offset == 20
+        store = b.rlm.rsm.store = _GatedStore(b.rlm.rsm.store)
+        b.rlm.rsm._root = None                           # GETs, not the local store's mapping
+        task = b.rlm.remote_read("t", 0, part.log, 0, 1 << 20, True)
+        for _ in range(200):
+            if task.progress:
+                break
+            await asyncio.sleep(0.01)
+        views, error = part.remote_read_result(0, task)  # the Fetch stops waiting here
+        got = offsets([b"".join(views)])                # a batch may span two chunks' views
+        assert error == 0 and not task.done() and 1 <= len(got) < 20 and got == list(range(len(got)))
+        store.gate.set()
+        nxt = b.rlm.remote_read("t", 0, part.log, len(got), 1 << 20, True)
+        assert nxt is not task                           # a read of its own, from where the answer ended
+        await asyncio.wait({nxt})
+        views, error = part.remote_read_result(len(got), nxt)
+        assert error == 0 and offsets([b"".join(views)]) == list(range(len(got), 20))
+        await asyncio.wait({task})                       # the first read ends too, unclaimed
+    finally:
+        await b.close()
