@@ -17,6 +17,11 @@ the rounds (Python workers, JVM code paths).
     .venv/bin/python bench/spark_read.py --size-mib 64 --rounds 1       # smoke test
     .venv/bin/python bench/spark_read.py                                # 1 GiB, 3 rounds
     .venv/bin/python bench/spark_read.py --write                        # and update docs/benchmarks.md
+    .venv/bin/python bench/spark_read.py --latency --write              # both paths at 30 ms + 80 MB/s per GET
+
+With --latency the store behaves like S3 from EC2 (issue 27; the fault wrapper's `latency_ms=30,get_bandwidth_mb_s=80`:
+30 ms to each request's first byte, 80 MB/s per GET) for the broker's remote reads and the executors' direct reads
+alike, and the results go to a block of their own.
 """
 from __future__ import annotations
 
@@ -41,6 +46,8 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- spark_read:results:begin -->", "<!-- spark_read:results:end -->"
+SLOW_BEGIN, SLOW_END = "<!-- spark_read_latency:results:begin -->", "<!-- spark_read_latency:results:end -->"
+SLOW = "latency_ms=30,get_bandwidth_mb_s=80,seed=1"
 MiB = 1 << 20
 MB = 1_000_000
 TOPIC = "spark-bench"
@@ -121,6 +128,8 @@ def read_once(spark, b: Broker, direct: bool, args, ending: str | None = None) -
     from pyspark.sql import functions as F
     reader = (spark.read.format("strata").option("kafka.bootstrap.servers", b.bootstrap).option("subscribe", TOPIC)
               .option("strata.directRead", str(direct).lower()))
+    if args.latency:
+        reader = reader.option("strata.store.faults", SLOW)
     if args.min_partitions:
         reader = reader.option("minPartitions", str(args.min_partitions))
     if ending:
@@ -139,6 +148,8 @@ def run(args) -> dict:
     overrides = {"remote.log.storage.system.enable": "true", "remote.log.storage.manager.store.url": f"file://{store}",
                  "remote.log.manager.task.interval.ms": "500", "log.retention.check.interval.ms": "500",
                  "remote.log.metadata.topic.num.partitions": "5"}
+    if args.latency:
+        overrides["remote.log.storage.manager.store.faults"] = SLOW
     b = Broker(overrides).start()
     out: dict = {"messages": n, "size": args.size, "mib": n * args.size / MiB, "partitions": args.partitions,
                  "codec": args.codec, "segment_mib": args.segment_mib, "rounds": []}
@@ -192,13 +203,16 @@ def results_block(r: dict, args, wall: float) -> str:
     when = dt.datetime.now().strftime("%Y-%m-%d")
     cmd = f"bench/spark_read.py --size-mib {args.size_mib} --size {args.size} --partitions {args.partitions} " \
           f"--rounds {args.rounds}" + (f" --codec {args.codec}" if args.codec != "none" else "") + \
-          (f" --min-partitions {args.min_partitions}" if args.min_partitions else "")
-    lines = [BEGIN, "",
+          (f" --min-partitions {args.min_partitions}" if args.min_partitions else "") + \
+          (" --latency" if args.latency else "")
+    lines = [SLOW_BEGIN if args.latency else BEGIN, "",
              f"Measured {when} with `{cmd}` ({wall:.0f} s wall): {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, "
              f"Python {m.get('python', '?')}, librdkafka {m.get('librdkafka', '?')}, Spark local[2].", "",
              f"Topic: {r['mib']:.0f} MiB = {r['messages']:,} x {r['size']} B values ({r['codec']}), "
              f"{r['partitions']} partitions, {r['segment_mib']} MiB segments, all in the remote tier "
-             f"({r['store_mib']:.0f} MiB of segment objects).", "",
+             f"({r['store_mib']:.0f} MiB of segment objects)" +
+             (", read at 30 ms to each GET's first byte and 80 MB/s per GET on both paths." if args.latency else "."),
+             "",
              "| Read path | Wall s | Rows/s | MB/s | Broker CPU during the read |", "| --- | --- | --- | --- | --- |"]
     for mode, name in (("direct", "direct from the object store"),
                        ("fetch", "broker Fetch (`strata.directRead=false`)")):
@@ -211,7 +225,7 @@ def results_block(r: dict, args, wall: float) -> str:
         for mode, x in rnd.items():
             lines.append(f"| {i} | {mode} | {x['wall']:.2f} | {r['messages'] * r['size'] / x['wall'] / MB:.0f} | "
                          f"{x['broker_cpu']:.0%} |")
-    lines += ["", "</details>", END]
+    lines += ["", "</details>", SLOW_END if args.latency else END]
     return "\n".join(lines)
 
 
@@ -227,8 +241,12 @@ values. Broker, Spark's JVM and its two Python workers share the machine's 2 CPU
 """
 
 
-def write_doc(block: str) -> None:
-    write_results(DOC, BEGIN, END, block, SECTION)
+def write_doc(block: str, latency: bool = False) -> None:
+    if latency:
+        write_results(DOC, SLOW_BEGIN, SLOW_END, block, "\nThe same at object-store latency (`--latency`):\n\n",
+                      before="## Cluster (issue 12)")
+    else:
+        write_results(DOC, BEGIN, END, block, SECTION)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--driver-memory", default="1g")
     ap.add_argument("--settle", type=float, default=10, help="wait up to this long for an idle machine per read")
     ap.add_argument("--phase-timeout", type=float, default=600)
+    ap.add_argument("--latency", action="store_true", help="30 ms + 80 MB/s per GET on both read paths")
     ap.add_argument("--write", action="store_true", help=f"update the Spark connector section of {DOC}")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
@@ -251,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     block = results_block(r, args, time.monotonic() - t0)
     print(block)
     if args.write:
-        write_doc(block)
+        write_doc(block, args.latency)
         print(f"updated {DOC}")
     return 0
 
