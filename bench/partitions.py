@@ -158,7 +158,10 @@ def run_one(kind: str, rnd: int, args) -> dict:
     if args.settle > 0:
         wait_for_quiet(args.settle)
     metrics_port = free_port()
-    b = BrokerProc(kind, overrides={"metrics.port": str(metrics_port)}).start(timeout=120)
+    # the bench hosts --idle partitions and more on one broker on purpose: above the default max.broker.partitions
+    # where the open-file limit is 20,000
+    b = BrokerProc(kind, overrides={"metrics.port": str(metrics_port),
+                                    "max.broker.partitions": "100000"}).start(timeout=120)
     b.metrics_port = metrics_port
     res: dict = {"broker": kind, "round": rnd, "busy": {}}
     try:

@@ -87,9 +87,15 @@ def raise_open_file_limit() -> None:
     a file per hosted partition and a socket per connection, and the soft limit (often 1,024) is a shell default."""
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
+    target = hard
+    if hard == resource.RLIM_INFINITY:        # the kernel's own bound (Linux: fs.nr_open) is the most it grants
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            target = int(open("/proc/sys/fs/nr_open").read())
+        except (OSError, ValueError):
+            target = 1 << 20
+    if soft != target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         except (ValueError, OSError) as e:
             logging.getLogger("strata.broker").warning("open-file limit stays %d (hard %d): %s", soft, hard, e)
 

@@ -194,7 +194,9 @@ class BrokerConfig:
                 cfg.get_int(key)
             except ValueError:
                 raise ValueError(f"{key}={cfg.get(key)!r} is not an integer") from None
-        for key in ("quota.window.num", "quota.window.size.seconds"):     # Kafka: INT, atLeast(1)
+        for key in ("quota.window.num", "quota.window.size.seconds", "max.broker.partitions"):   # INT, atLeast(1)
+            if key == "max.broker.partitions" and not cfg.get(key).strip():
+                continue                 # unset: half the open-file limit (broker/topic_admin.py)
             try:
                 if cfg.get_int(key) < 1:
                     raise ValueError

@@ -63,10 +63,11 @@ def default_replication_factor(broker, image) -> int:
 
 def check_create(broker, image, name: str, num_partitions: int, replication_factor: int,
                  assignments=(), configs: dict | None = None,
-                 indexes: list[int] | None = None) -> tuple[list[list[int]], dict[str, str]]:
+                 indexes: list[int] | None = None, by_a_broker: bool = False) -> tuple[list[list[int]], dict[str, str]]:
     """Validate a topic creation against `image` (the controller's latest); returns (replica assignment,
     normalized configs) or raises AdminError. `indexes`: the partition index of each of `assignments` (CreateTopics
-    names them; None: in order)."""
+    names them; None: in order). `by_a_broker`: another broker's own request (its internal topics are not held to
+    max.broker.partitions)."""
     reason = topic_name_error(name)
     if reason:
         raise AdminError(ErrorCode.invalid_topic_exception, reason)
@@ -98,8 +99,8 @@ def check_create(broker, image, name: str, num_partitions: int, replication_fact
             raise AdminError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive "
                              "value." if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds "
                                                                   f"{MAX_PARTITIONS}")
-        assignment = place(image, num_partitions, replication_factor)
-    if name not in _BROKERS_OWN_TOPICS:
+        assignment = place(image, num_partitions, replication_factor, limit=max_broker_partitions(broker))
+    if not (by_a_broker and name in _BROKERS_OWN_TOPICS):
         check_broker_partitions(broker, image, assignment)
     normalized = validate_configs(configs or {})
     validate_remote_storage(broker, name, normalized)   # also resolves the full config
@@ -125,7 +126,7 @@ def max_broker_partitions(broker) -> int:
     """`max.broker.partitions` (KIP-578); unset, half of this process's open-file limit."""
     value = broker.config.get("max.broker.partitions").strip()
     if value:
-        return int(value)
+        return int(value)            # checked at start-up (BrokerConfig.load)
     import resource
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return INT_MAX if soft == resource.RLIM_INFINITY else max(1, soft // 2)
@@ -153,10 +154,18 @@ def check_broker_partitions(broker, image, assignment: list[list[int]]) -> None:
                          f"(brokers over it: {over})")
 
 
-def place(image, partitions: int, replication_factor: int, first_partition: int = 0) -> list[list[int]]:
-    """Replica lists for new partitions over the usable brokers (metadata/placement.py), or INVALID_REPLICATION_FACTOR."""
+def place(image, partitions: int, replication_factor: int, first_partition: int = 0,
+          limit: int | None = None) -> list[list[int]]:
+    """Replica lists for new partitions over the usable brokers (metadata/placement.py), or INVALID_REPLICATION_FACTOR.
+    With `limit` (max.broker.partitions), brokers already at it are left out while enough others remain (KIP-578:
+    placement respects the bound; check_broker_partitions then refuses what still does not fit)."""
+    brokers = image.unfenced_brokers()
+    if limit is not None:
+        room = {b: rack for b, rack in brokers.items() if image.replica_counts.get(b, 0) < limit}
+        if len(room) >= replication_factor:
+            brokers = room
     try:
-        return place_replicas(image.unfenced_brokers(), partitions, replication_factor, first_partition=first_partition)
+        return place_replicas(brokers, partitions, replication_factor, first_partition=first_partition)
     except PlacementError as e:
         raise AdminError(ErrorCode.invalid_replication_factor, str(e)) from None
 
@@ -248,12 +257,13 @@ def take_mutations(quota, permits: int) -> None:
 
 async def create_topic(broker, name: str, partitions: int, replication_factor: int, assignments=(),
                        configs: dict | None = None, validate_only: bool = False,
-                       indexes: list[int] | None = None, quota=None) -> tuple[list[list[int]], dict, str]:
+                       indexes: list[int] | None = None, quota=None,
+                       by_a_broker: bool = False) -> tuple[list[list[int]], dict, str]:
     """Validate and create a topic in one controller operation (the metadata publisher opens its partitions):
     (replica assignment, normalized configs, topic id or "" when only validated), or AdminError."""
     def operation(image):
         assignment, cfg = check_create(broker, image, name, partitions, replication_factor, assignments, configs,
-                                       indexes)
+                                       indexes, by_a_broker)
         take_mutations(quota, len(assignment))
         if validate_only:
             return [], (assignment, cfg, "")

@@ -64,10 +64,6 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def _limit(self) -> None:
-        if self.open_files is not None:
-            import resource
-            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
     def start(self, timeout: float = 30) -> "BrokerProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -75,8 +71,10 @@ class BrokerProcess:
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         self._log = open(self.log_path, "ab")
+        if self.open_files is not None:      # prlimit (util-linux), not preexec_fn: the test process has threads
+            args = ["prlimit", f"--nofile={self.open_files}:{self.open_files}", *args]
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=self._limit)
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + timeout
         waiting = self.listener_ports()
         while time.monotonic() < deadline:

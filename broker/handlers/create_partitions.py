@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from broker.topic_admin import (MAX_PARTITIONS, AdminError, check_broker_partitions, check_replica_assignment,
-                                partition_records, place, submit, take_mutations)
+                                max_broker_partitions, partition_records, place, submit, take_mutations)
 from broker.security.authorization import ALTER, TOPIC, TOPIC_DENIED, filter_authorized
 from broker.quotas import mutation_quota
 from protocol import kio_codec
@@ -31,7 +31,6 @@ def _grow(broker, t, validate_only: bool, quota):
             raise AdminError(ErrorCode.invalid_replica_assignment,
                              f"Attempted to add {t.count - info.partitions} additional partition(s), but only "
                              f"{len(t.assignments)} assignment(s) were specified.")
-        take_mutations(quota, t.count - info.partitions)
         rf = len(info.partition(0).replicas)
         if t.assignments is not None:
             assignment = check_replica_assignment(image, [a.broker_ids for a in t.assignments])
@@ -40,8 +39,10 @@ def _grow(broker, t, validate_only: bool, quota):
                                  f"partitions, partition 0 has {rf} while partitions [{info.partitions}] have "
                                  f"replication factors [{len(assignment[0])}], respectively.")
         else:
-            assignment = place(image, t.count - info.partitions, rf, first_partition=info.partitions)
+            assignment = place(image, t.count - info.partitions, rf, first_partition=info.partitions,
+                               limit=max_broker_partitions(broker))
         check_broker_partitions(broker, image, assignment)
+        take_mutations(quota, t.count - info.partitions)
         return ([] if validate_only else partition_records(info.topic_id, info.partitions, assignment)), None
     return operation
 

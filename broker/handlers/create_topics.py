@@ -7,7 +7,7 @@ from broker.security.authorization import (CREATE, DESCRIBE_CONFIGS, TOPIC, TOPI
                                            filter_authorized)
 from broker.topic_admin import AdminError, create_topic
 from broker.handlers.describe_configs import topic_config_entries
-from broker.quotas import mutation_quota
+from broker.quotas import _from_a_broker, mutation_quota
 from protocol import kio_codec
 from protocol.errors import ErrorCode
 
@@ -30,6 +30,7 @@ async def handle(broker, req):
                                                                                             seen)
     configs_visible = filter_authorized(broker, req, DESCRIBE_CONFIGS, TOPIC, seen)
     quota = mutation_quota(broker, req, strict=v >= 6)
+    by_a_broker = _from_a_broker(broker, req)        # its internal topics are not held to max.broker.partitions
     for t in body.topics:
         res = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
                "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -45,7 +46,7 @@ async def handle(broker, req):
             assignment, cfg, topic_id = await create_topic(
                 broker, t.name, t.num_partitions, t.replication_factor, [a.broker_ids for a in t.assignments],
                 {c.name: c.value for c in t.configs}, validate_only=body.validate_only,
-                indexes=[a.partition_index for a in t.assignments], quota=quota)
+                indexes=[a.partition_index for a in t.assignments], quota=quota, by_a_broker=by_a_broker)
             if topic_id:
                 res["topic_id"] = uuid.UUID(topic_id)
             if t.name not in configs_visible:

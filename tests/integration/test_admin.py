@@ -179,6 +179,8 @@ def test_max_broker_partitions_refuses_what_would_exceed_it(make_broker, topic_n
     assert err is not None and err.code() == KafkaError.POLICY_VIOLATION, err
     assert "max.broker.partitions=60" in err.str()
     assert topic_name + "-b" not in admin.list_topics(timeout=5).topics
+    err = create_error(admin, NewTopic("__transaction_state", 3, 1))      # a client's, under an internal name
+    assert err is not None and err.code() == KafkaError.POLICY_VIOLATION, err
     with pytest.raises(KafkaException) as ei:
         admin.create_partitions([NewPartitions(topic_name, 11)])[topic_name].result(timeout=15)
     assert ei.value.args[0].code() == KafkaError.POLICY_VIOLATION

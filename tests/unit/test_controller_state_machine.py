@@ -322,6 +322,7 @@ def check_image(image: MetadataImage) -> None:
             for b in p.replicas:
                 hosted[b] = hosted.get(b, 0) + 1
     assert dict(image.replica_counts) == hosted, "the image's replica counts (max.broker.partitions) drifted"
+    assert MetadataImage().apply(image.to_records(), strict=False).replica_counts == image.replica_counts
     for t in image.topics():
         for i, p in enumerate(t.partition_states):
             where = f"{t.name}-{i} {p}"
