@@ -66,11 +66,11 @@ async def wait_for_all(waits: list, timeout: float) -> list[int]:
 
 
 def _end_of(views, start: int) -> int:
-    """The offset after the last batch in `views` (`start` when there is none)."""
+    """The offset after the last batch in `views` (`start` when there is none). A batch may span views (remote reads
+    slice it at chunk boundaries), so they are walked as one."""
     upper = start
-    for v in views:
-        for _, h in iter_batches(v):
-            upper = max(upper, h.last_offset + 1)
+    for _, h in iter_batches(views[0] if len(views) == 1 else b"".join(views)):
+        upper = max(upper, h.last_offset + 1)
     return upper
 
 
@@ -524,8 +524,9 @@ class Partition:
         if not task.done():
             rlm.metrics.fetch_expires.inc()
             partial = list(getattr(task, "progress", ()))
-            if partial:
-                rlm.consumed(self.topic, self.index, fetch_offset, task)     # the client moves past it
+            if partial:                      # the client moves past it: the rest of the read is not wanted
+                rlm.consumed(self.topic, self.index, fetch_offset, task)
+                task.cancel()                # its GETs go on into the chunk cache (shielded)
             return partial, 0
         rlm.consumed(self.topic, self.index, fetch_offset, task)
         if task.cancelled():

@@ -167,31 +167,38 @@ class RemoteReader:
         start, end = piece.start, piece.end
         buf = b""
         next_offset = start
-        done = position >= size
-        while not done:
-            try:
-                data = self.client.call(self.reads.chunk(obj, i, ra))
-            except ObjectNotFound:
-                self._gone(piece, builder, "its .log")
-                return
-            eof = len(data) < min(cs, size - i * cs) or (i + 1) * cs >= size
-            if skip:
-                data, skip = data[skip:], 0
-            i += 1
-            buf = buf + data if buf else data
-            p, next_offset, done = yield from walk_batches(buf, start, end, ts_lo, builder, key, next_offset,
-                                                           aborted)
-            buf = buf[p:]
-            if eof and not done:
-                if buf:
-                    raise ValueError(f"{key} ends inside a record batch ({len(buf)} bytes left): truncated object")
-                if next_offset < end:
-                    if not piece.open_end:
-                        raise ValueError(f"{key} ends at offset {next_offset - 1}, but the metadata says the segment "
-                                         f"holds offsets up to {end - 1}")
-                    report_data_loss(self.fail, f"Offsets [{next_offset}, {end}) of {builder.topic}-"
-                                                f"{builder.partition} are not in the object store (its last segment "
-                                                f"ends at {next_offset - 1}) and the broker is unreachable")
-                done = True
-        # read as far as wanted: its chunks are not needed again (the cache is the loop thread's)
-        self.client.on_loop(self.reads.cache.drop, lambda k: k[0] == key)
+        done = False
+        try:
+            while not done:
+                if i * cs >= size:
+                    data, eof = b"", True                # nothing (more) in the object where the piece needs it
+                else:
+                    try:
+                        data = self.client.call(self.reads.chunk(obj, i, ra))
+                    except ObjectNotFound:
+                        self._gone(piece, builder, "its .log")
+                        return
+                    eof = len(data) < min(cs, size - i * cs) or (i + 1) * cs >= size
+                if skip:
+                    data, skip = data[skip:], 0
+                i += 1
+                buf = buf + data if buf else data
+                p, next_offset, done = yield from walk_batches(buf, start, end, ts_lo, builder, key, next_offset,
+                                                               aborted)
+                buf = buf[p:]
+                if eof and not done:
+                    if buf:
+                        raise ValueError(f"{key} ends inside a record batch ({len(buf)} bytes left): truncated "
+                                         f"object")
+                    if next_offset < end:
+                        if not piece.open_end:
+                            raise ValueError(f"{key} ends at offset {next_offset - 1}, but the metadata says the "
+                                             f"segment holds offsets up to {end - 1}")
+                        report_data_loss(self.fail, f"Offsets [{next_offset}, {end}) of {builder.topic}-"
+                                                    f"{builder.partition} are not in the object store (its last "
+                                                    f"segment ends at {next_offset - 1}) and the broker is "
+                                                    f"unreachable")
+                    done = True
+        finally:
+            # read as far as wanted (or abandoned): its chunks are not needed again (the cache is the loop thread's)
+            self.client.on_loop(self.reads.cache.drop, lambda k: k[0] == key)

@@ -10,7 +10,6 @@ not yet read: the caller reads the rest of the piece by Fetch, so a late task st
 """
 from __future__ import annotations
 
-import asyncio
 from typing import Iterator
 
 from spark_connector.remote_reader import walk_batches
@@ -49,13 +48,8 @@ class WalReader:
         self.stopped_at: int | None = None      # set when the store could not serve the whole piece
 
     def close(self) -> None:
-        async def cancel():
-            pending = [e.future for e in self.cache.entries.values() if not e.future.done()]
-            for f in pending:
-                f.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
         try:
-            self.client.call(cancel(), timeout=30)
+            self.client.call(self.cache.close(), timeout=30)
         finally:
             self.client.close()
 
@@ -80,7 +74,8 @@ class WalReader:
         start, end = piece.start, piece.end
         gets = group_gets(piece.wal)
         parts = self._parts(gets)
-        ra = ReadAhead(MAX_GET_BYTES, 2, max(1, self.cache.capacity // (2 * MAX_GET_BYTES)))
+        average = max(1, sum(hi - lo for _, lo, hi, _ in gets) // max(1, len(gets)))
+        ra = ReadAhead(average, 2, max(1, self.cache.capacity // (2 * average)))
 
         async def part(i: int) -> bytes:
             return await self.cache.in_order(ra, parts, i)

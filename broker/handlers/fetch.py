@@ -185,8 +185,9 @@ async def _wait_then_finish(broker, version, sid, wanted, results, incremental, 
 async def _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
                               listener: str = "", req=None):
     """Kafka's DelayedRemoteFetch: answer when the remote reads are done or after remote.fetch.max.wait.ms; a read
-    still running then yields no records and no error (the client fetches the same offset again and gets the
-    read's result), a failed one UNKNOWN_SERVER_ERROR (what Kafka maps a RemoteStorageException to)."""
+    still running then yields the whole batches it has read so far, or, with none, no records and no error (the
+    client fetches the same offset again and gets the read's result); a failed one UNKNOWN_SERVER_ERROR (what Kafka
+    maps a RemoteStorageException to). See Partition.remote_read_result."""
     remote = [w for w in wanted if w.remote is not None]
     waited = time.perf_counter()
     await asyncio.wait({w.remote for w in remote}, timeout=remote[0].part.remote_fetch_max_wait)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable
 
 MIN_CHUNK = 2 << 20
 MAX_CHUNK = 16 << 20
-SMALL_GET = 256 << 10     # GETs up to this size tell the latency apart from the bandwidth
+STALE_AHEAD = 10.0        # seconds after which a chunk read ahead and never read may be evicted for new read-ahead
 
 
 class GetEstimate:
@@ -85,6 +86,7 @@ class _Chunk:
     size: int                  # the bytes asked for (what it holds once done)
     ahead: bool                # requested ahead of the reader, and not read since
     done: bool = False
+    used: float = 0.0          # monotonic time it was requested or last read
 
 
 class ChunkCache:
@@ -99,6 +101,7 @@ class ChunkCache:
         self.unread_ahead = 0       # bytes fetched ahead and not read yet
         self.hits = self.misses = self.waits = 0
         self.ahead_bytes = self.wasted_bytes = 0
+        self.pending: set[asyncio.Future] = set()   # GETs not answered yet, held or dropped (close() ends them)
 
     def contains(self, key) -> bool:
         return key in self.entries
@@ -111,7 +114,8 @@ class ChunkCache:
             self.misses += 1
             return self._start(key, size, make, ahead=False).future, False
         self.entries.move_to_end(key)
-        waiting = not e.done
+        e.used = time.monotonic()
+        waiting = not e.future.done()
         if waiting:
             self.waits += 1
         else:
@@ -129,9 +133,18 @@ class ChunkCache:
         return self.in_flight + self.unread_ahead + size <= self.capacity
 
     def prefetch(self, key, size: int, make: Callable[[], object]) -> bool:
-        """Start a read-ahead of a chunk not held yet, if the budget has room."""
-        if key in self.entries or not self.room_ahead(size):
+        """Start a read-ahead of a chunk not held yet, if the budget has room (after evicting chunks read ahead for
+        a reader that went away: unread for STALE_AHEAD seconds)."""
+        if key in self.entries:
             return False
+        if not self.room_ahead(size):
+            stale = time.monotonic() - STALE_AHEAD
+            for k in [k for k, e in self.entries.items() if e.done and e.ahead and e.used < stale]:
+                self._forget(k, self.entries[k])
+                if self.room_ahead(size):
+                    break
+            if not self.room_ahead(size):
+                return False
         self._start(key, size, make, ahead=True)
         self.ahead_bytes += size
         return True
@@ -157,8 +170,9 @@ class ChunkCache:
         return fut
 
     def _start(self, key, size: int, make, ahead: bool) -> _Chunk:
-        e = _Chunk(asyncio.ensure_future(make()), size, ahead)
+        e = _Chunk(asyncio.ensure_future(make()), size, ahead, used=time.monotonic())
         self.entries[key] = e
+        self.pending.add(e.future)
         self.bytes += size
         self.in_flight += size
         e.future.add_done_callback(lambda f, k=key, e=e: self._done(k, e))
@@ -166,6 +180,7 @@ class ChunkCache:
 
     def _done(self, key, e: _Chunk) -> None:
         self.in_flight -= e.size
+        self.pending.discard(e.future)
         f = e.future
         if f.cancelled() or f.exception() is not None:
             if self.entries.get(key) is e:
@@ -201,6 +216,13 @@ class ChunkCache:
                 self.wasted_bytes += e.size
         else:
             self.bytes -= e.size           # its answer is dropped when it comes (_done sees another entry)
+
+    async def close(self) -> None:
+        """Cancel every GET still in flight and wait for them to end (the reader is going away)."""
+        pending = list(self.pending)
+        for f in pending:
+            f.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     def drop(self, pred) -> None:
         """Forget the chunks whose key matches (a deleted segment, a partition no longer led)."""
@@ -258,11 +280,8 @@ class RangedReads:
         return ra
 
     async def close(self) -> None:
-        """Cancel the GETs still in flight and wait for them to end (a reader going away)."""
-        pending = [e.future for e in self.cache.entries.values() if not e.future.done()]
-        for f in pending:
-            f.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        """Cancel the GETs still in flight, held or already dropped, and wait for them to end."""
+        await self.cache.close()
 
     def drop(self, pred) -> None:
         """Forget the objects whose key matches, and their chunks."""

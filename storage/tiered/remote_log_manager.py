@@ -236,6 +236,7 @@ class RemoteLogManager(RemoteLogReader):
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.tasks.clear()
+        await self._ranged.close()            # read-ahead GETs nobody waits for any more
         log.info("remote reads: %d segment GETs, %.1f MB", self.rsm.segment_gets, self.rsm.segment_get_bytes / 1e6)
         try:
             await self.rsm.close()

@@ -153,6 +153,8 @@ class RemoteLogReader:
     def _read_done(self, key, task) -> None:
         # keep an unclaimed result briefly for a client that gave up waiting, then forget it (the timer holds only
         # the key and the task's id, so a claimed result is freed at once)
+        if not task.cancelled():
+            task.exception()         # a read nobody claims any more fails quietly (its Fetch answered already)
         if self._inflight_reads.get(key) is not task:
             return
         if task.cancelled() or not self._running:

@@ -334,14 +334,20 @@ def test_direct_reads_keep_several_gets_in_flight_on_a_slow_store(tmp_path):
     try:
         assert _read_piece(reader, 0, 3000, len(log)) == list(range(3000))
         assert reader.bytes == len(log)                                  # every byte fetched once
-        assert reader.reads.read_aheads["seg.log"].window > 2, "the read-ahead never grew past two chunks"
+        window = reader.client.on_loop(lambda: reader.reads.read_aheads["seg.log"].window)
+        assert window > 2, "the read-ahead never grew past two chunks"
         assert _read_piece(reader, 1234, 2500, -1) == list(range(1234, 2500))      # via the index; size by HEAD
+        from spark_connector.planning import Piece
+        gen = reader.read(Piece(0, 3000, "seg", 0, len(log)), RowBuilder("t", 0, False, max_rows=100))
+        next(gen)                                                        # a reader that stops early
+        gen.close()
+        assert reader.client.on_loop(lambda: len(reader.reads.cache.pending)) > 0     # its read-ahead in flight
     finally:
         reader.close()
-    assert not any(not e.future.done() for e in reader.reads.cache.entries.values())
+    assert not reader.reads.cache.pending, "a GET was left in flight after close()"
 
 
-def test_direct_reads_report_a_truncated_segment(tmp_path):
+def test_direct_reads_report_a_truncated_or_empty_segment(tmp_path):
     from spark_connector.remote_reader import RemoteReader
     prefix, log, _ = _segment_objects(tmp_path, n_batches=40, per_batch=10, value_size=6000)
     (tmp_path / "seg.log").write_bytes(log[:len(log) - 1000])
@@ -349,5 +355,8 @@ def test_direct_reads_report_a_truncated_segment(tmp_path):
     try:
         with pytest.raises(ValueError, match="ends inside a record batch"):
             _read_piece(reader, 0, 400, len(log))
+        (tmp_path / "seg.log").write_bytes(b"")
+        with pytest.raises(ValueError, match="the metadata says the segment holds offsets up to 399"):
+            _read_piece(reader, 0, 400, 0)
     finally:
         reader.close()

@@ -78,6 +78,23 @@ async def test_read_ahead_stays_within_the_budget_and_unread_evictions_count_as_
     assert cache.wasted_bytes == 100 and cache.unread_ahead == 100 and cache.bytes == 250
 
 
+async def test_read_ahead_left_unread_by_a_reader_that_went_away_makes_room_once_stale(monkeypatch):
+    import storage.tiered.remote_chunks as rc
+    cache = ChunkCache(capacity=200)
+
+    async def fetch(n):
+        return b"x" * n
+    assert cache.prefetch("a", 100, lambda: fetch(100)) and cache.prefetch("b", 100, lambda: fetch(100))
+    await asyncio.gather(*(e.future for e in cache.entries.values()))
+    await asyncio.sleep(0)
+    assert not cache.prefetch("c", 100, lambda: fetch(100))        # 200 unread: no room while they are fresh
+    monkeypatch.setattr(rc, "STALE_AHEAD", 0.0)
+    assert cache.prefetch("c", 100, lambda: fetch(100))            # stale: the oldest goes, counted as waste
+    assert not cache.contains("a") and cache.contains("b") and cache.wasted_bytes == 100
+    await cache.close()
+    assert not cache.pending
+
+
 async def test_a_failed_fetch_is_forgotten_and_the_next_reader_starts_it_again():
     cache = ChunkCache(capacity=1000)
 
@@ -169,12 +186,14 @@ async def test_a_small_budget_holds_the_read_ahead_back():
 
 
 async def test_the_chunk_size_follows_the_store_once_it_is_known():
-    store = _CountingStore(lambda: reader._chunks, get_latency_ms=30, get_bandwidth_mb_s=80)
+    store = _CountingStore(lambda: reader._chunks)
     reader = _Reader(store, budget=64 * MiB)
-    first, data = await _segment(store, 10 * MiB)          # 4 MiB chunks and a 2 MiB last one
+    first, data = await _segment(store, 10 * MiB)
     assert await _read_all(reader, first) == data
-    small, _ = await _segment(store, 100_000)
-    await _read_all(reader, small)
+    assert {e - s for s, e in store.ranges} == {4 * MiB, 2 * MiB}    # the configured size: the store is not known
+    reader.rsm.gets._samples.clear()                               # this store answers at once: say it does not
+    for size in (100_000, 4 * MiB, 2 * MiB, 150_000):                # what GETs showed: 30 ms + 80 MB/s
+        reader.rsm.gets.observe(size, 0.030 + size / 80e6)
     store.ranges.clear()
     second, data = await _segment(store, 20 * MiB)
     assert await _read_all(reader, second) == data
@@ -188,7 +207,10 @@ async def test_read_ahead_stops_when_the_reader_stops():
     cur = [-1, None]
     for pos in range(0, 8 * MiB, MiB):                     # a reader that reads 8 MiB and goes away
         await reader._range(md, pos, pos + MiB, cur)
-    await asyncio.sleep(0.3)                                # what it read ahead lands
+    for _ in range(300):                                    # what it read ahead lands
+        if store.now == 0:
+            break
+        await asyncio.sleep(0.01)
     started = len(store.ranges)
     assert store.now == 0 and started < 32
     await asyncio.sleep(0.3)
@@ -219,6 +241,8 @@ async def test_the_reader_metrics_show_gets_misses_and_memory(tmp_path):
         await asyncio.wait({task})
         views, error = part.remote_read_result(3, task)
         assert error == 0 and offsets(views) == [3, 4, 5]
+        await asyncio.gather(*b.rlm._chunks.pending)     # the next segment's first chunk, read ahead
+        await asyncio.sleep(0)
         text = generate_latest(b.rlm.registry).decode()
         metric = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
                   if line.startswith("strata_remote_log_reader_")}
