@@ -129,8 +129,9 @@ class ChunkCache:
 
     def room_ahead(self, size: int) -> bool:
         """Whether a read-ahead of `size` bytes fits the budget: bytes in flight plus chunks fetched ahead and not
-        read yet stay within it (done chunks already read can always be evicted)."""
-        return self.in_flight + self.unread_ahead + size <= self.capacity
+        read yet stay within three quarters of it (done chunks already read can always be evicted; the last quarter
+        is for readers' own chunks, so that they do not push unread read-ahead out)."""
+        return self.in_flight + self.unread_ahead + size <= self.capacity * 3 // 4
 
     def prefetch(self, key, size: int, make: Callable[[], object]) -> bool:
         """Start a read-ahead of a chunk not held yet, if the budget has room (after evicting chunks read ahead for
@@ -152,8 +153,9 @@ class ChunkCache:
     def in_order(self, ra: "ReadAhead", parts, i: int) -> asyncio.Future:
         """Part `i` of a sequence read in order (`parts[j]` is (key, size, make) and `len(parts)` their number), after
         starting the read-ahead of the `ra.window` parts after it as far as the budget allows. A reader that will
-        wait for a part already read ahead widens the window. Returns the part's future; True from `parts.past_end`
-        (when it has one) is called with the read-ahead reaching past the last part."""
+        wait for a part already read ahead widens the window. Returns the part's future; `parts.past_end` (when it
+        has one) is called with the window and how many of its parts fall past the last one, so that the read-ahead
+        can go on in what the reader will read next."""
         key, size, make = parts[i]
         fut, waiting = self.get(key, size, make)
         if waiting:
@@ -162,7 +164,7 @@ class ChunkCache:
             if j >= len(parts):
                 past_end = getattr(parts, "past_end", None)
                 if past_end is not None:
-                    past_end()
+                    past_end(ra.window, i + ra.window - j + 1)
                 break
             key, size, make = parts[j]
             if key not in self.entries and not self.prefetch(key, size, make):
@@ -233,12 +235,13 @@ class ChunkCache:
 @dataclass(frozen=True)
 class RangedObject:
     """An object read in chunks: `key` names it in the cache (any hashable), `size` is its length, `fetch(start, end)`
-    GETs bytes [start, end) (and refuses a short answer), `after` is called when a read-ahead reaches its end (to
-    start on what a sequential reader wants next: the next segment)."""
+    GETs bytes [start, end) (and refuses a short answer), `after(window, count)` is called when a read-ahead reaches
+    past its end, with the reader's window and how many chunks of it fall past the end (to go on with what a
+    sequential reader wants next: the next segment)."""
     key: object
     size: int
     fetch: Callable[[int, int], object]
-    after: Callable[[], None] | None = None
+    after: Callable[[int, int], None] | None = None
 
 
 class _Chunks:
@@ -295,11 +298,16 @@ class RangedReads:
         ra = ra or self.read_ahead(obj.key)
         return await asyncio.shield(self.cache.in_order(ra, _Chunks(obj, ra.chunk_size), i))
 
-    def start(self, obj: RangedObject) -> None:
-        """Read ahead the object's first chunk (a sequential reader will want it next)."""
+    def start(self, obj: RangedObject, window: int, count: int) -> None:
+        """Read ahead the object's first `count` chunks for a sequential reader coming from the previous object,
+        which it reads with its `window` (at least): the window carries over from one segment to the next."""
         ra = self.read_ahead(obj.key)
-        if obj.size > 0:
-            self.cache.prefetch(*_Chunks(obj, ra.chunk_size)[0])
+        ra.window = min(ra.max_window, max(ra.window, window))
+        chunks = _Chunks(obj, ra.chunk_size)
+        for j in range(min(count, len(chunks))):
+            key, size, make = chunks[j]
+            if key not in self.cache.entries and not self.cache.prefetch(key, size, make):
+                break
 
     async def range(self, obj: RangedObject, start: int, end: int, cur: list) -> list[memoryview]:
         """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk."""

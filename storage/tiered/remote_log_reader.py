@@ -276,11 +276,11 @@ class RemoteLogReader:
         """The segment's .log object for the ranged reads (remote_chunks.py); at its end, read-ahead goes on with the
         next segment's indexes and first chunk. The RSM refuses a short answer (retriable), so a truncated GET fails
         the read and is not cached."""
-        def after():
+        def after(window: int, count: int):
             nxt = self._next_segment(md.tip, md)
             if nxt is not None:
                 self._index(nxt)
-                self._ranged.start(self._object(nxt))
+                self._ranged.start(self._object(nxt), window, count)
         return RangedObject((md.tip, md.segment_id.id), md.segment_size_in_bytes,
                             lambda start, end: self.rsm.fetch_log_segment(md, start, end), after)
 

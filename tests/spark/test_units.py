@@ -337,11 +337,16 @@ def test_direct_reads_keep_several_gets_in_flight_on_a_slow_store(tmp_path):
         window = reader.client.on_loop(lambda: reader.reads.read_aheads["seg.log"].window)
         assert window > 2, "the read-ahead never grew past two chunks"
         assert _read_piece(reader, 1234, 2500, -1) == list(range(1234, 2500))      # via the index; size by HEAD
-        from spark_connector.planning import Piece
-        gen = reader.read(Piece(0, 3000, "seg", 0, len(log)), RowBuilder("t", 0, False, max_rows=100))
-        next(gen)                                                        # a reader that stops early
-        gen.close()
-        assert reader.client.on_loop(lambda: len(reader.reads.cache.pending)) > 0     # its read-ahead in flight
+    finally:
+        reader.close()
+    assert not reader.reads.cache.pending, "a GET was left in flight after close()"
+    from spark_connector.planning import Piece
+    reader = RemoteReader((f"file://{tmp_path}", {"faults": "get_latency_ms=300"}), 2 << 20, True)
+    try:
+        gen = reader.read(Piece(0, 3000, "seg", 0, len(log)), RowBuilder("t", 0, False, max_rows=400))
+        next(gen)                               # 2.4 MB of rows: into the second chunk, whose read-ahead goes on
+        gen.close()                             # a reader that stops early
+        assert reader.client.on_loop(lambda: len(reader.reads.cache.pending)) > 0
     finally:
         reader.close()
     assert not reader.reads.cache.pending, "a GET was left in flight after close()"

@@ -48,15 +48,17 @@ def test_the_estimate_keeps_the_default_until_sizes_differ_and_stays_within_boun
 # -- the chunk budget ---------------------------------------------------------------------------------------------------
 
 async def test_read_ahead_stays_within_the_budget_and_unread_evictions_count_as_waste():
-    cache = ChunkCache(capacity=300)
+    cache = ChunkCache(capacity=400)             # read-ahead may take 300 (three quarters)
     gate = asyncio.Event()
 
     async def fetch(n):
         await gate.wait()
         return b"x" * n
 
-    def settled():
-        return asyncio.gather(*(e.future for e in cache.entries.values()))
+    async def read(key, n):
+        fut, _ = cache.get(key, n, lambda: fetch(n))
+        await fut
+        await asyncio.sleep(0)
 
     assert cache.prefetch("a", 100, lambda: fetch(100)) and cache.prefetch("b", 100, lambda: fetch(100))
     assert cache.prefetch("c", 100, lambda: fetch(100))
@@ -66,21 +68,22 @@ async def test_read_ahead_stays_within_the_budget_and_unread_evictions_count_as_
     fut_a, waiting = cache.get("a", 100, lambda: fetch(100))
     assert waiting and cache.waits == 1                              # read ahead, still on its way
     gate.set()
-    await asyncio.gather(fut, fut_a, settled())
-    # 400 bytes done: a chunk already read goes first (a, the least recently used of a and d), none read ahead
-    assert not cache.contains("a") and cache.contains("d") and cache.bytes == 300
-    assert cache.in_flight == 0 and cache.unread_ahead == 200 and cache.wasted_bytes == 0
+    await asyncio.gather(fut, fut_a, *(e.future for e in cache.entries.values()))
+    await asyncio.sleep(0)
+    assert cache.bytes == 400 and cache.in_flight == 0 and cache.unread_ahead == 200     # b and c
     assert not cache.prefetch("e", 150, lambda: fetch(150))         # 200 unread + 150 > 300
     assert cache.get("d", 100, lambda: fetch(100))[0].done() and cache.hits == 1
-    fut, _ = cache.get("f", 150, lambda: fetch(150))                # a reader's chunk: d (read), then b (unread) go
-    await fut
-    assert not cache.contains("d") and not cache.contains("b") and cache.contains("c")
-    assert cache.wasted_bytes == 100 and cache.unread_ahead == 100 and cache.bytes == 250
+    await read("f", 150)                     # 550 bytes: chunks already read go first (a, then d), none unread
+    assert not cache.contains("a") and not cache.contains("d") and cache.contains("b") and cache.contains("c")
+    assert cache.bytes == 350 and cache.wasted_bytes == 0
+    await read("g", 300)                     # 650: f (read) goes, then b (unread, the older): waste
+    assert not cache.contains("f") and not cache.contains("b") and cache.contains("c")
+    assert cache.wasted_bytes == 100 and cache.unread_ahead == 100 and cache.bytes == 400
 
 
 async def test_read_ahead_left_unread_by_a_reader_that_went_away_makes_room_once_stale(monkeypatch):
     import storage.tiered.remote_chunks as rc
-    cache = ChunkCache(capacity=200)
+    cache = ChunkCache(capacity=268)             # read-ahead may take 201
 
     async def fetch(n):
         return b"x" * n
