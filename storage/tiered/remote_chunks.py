@@ -87,6 +87,7 @@ class _Chunk:
     ahead: bool                # requested ahead of the reader, and not read since
     done: bool = False
     used: float = 0.0          # monotonic time it was requested or last read
+    passed: bool = False       # a sequential reader has moved on to the next chunk
 
 
 class ChunkCache:
@@ -157,6 +158,10 @@ class ChunkCache:
         has one) is called with the window and how many of its parts fall past the last one, so that the read-ahead
         can go on in what the reader will read next."""
         key, size, make = parts[i]
+        if i > 0:
+            prev = self.entries.get(parts[i - 1][0])
+            if prev is not None:
+                prev.passed = True
         fut, waiting = self.get(key, size, make)
         if waiting:
             ra.stalled()
@@ -199,14 +204,15 @@ class ChunkCache:
         self._evict(key)
 
     def _evict(self, keep) -> None:
-        """Drop done chunks until the cache fits its capacity: those already read first, then those read ahead and
-        not read yet (prefetch waste), least recently used first in each."""
-        for unread in (False, True):
+        """Drop done chunks until the cache fits its capacity: those a sequential reader has moved past first, then
+        those read and maybe still being read, then those read ahead and not read yet (prefetch waste), least
+        recently used first in each."""
+        for rank in (0, 1, 2):
             for key in list(self.entries):
                 if self.bytes <= self.capacity:
                     return
                 e = self.entries[key]
-                if key != keep and e.done and e.ahead == unread:
+                if key != keep and e.done and rank == (2 if e.ahead else 0 if e.passed else 1):
                     self._forget(key, e)
 
     def _forget(self, key, e: _Chunk) -> None:

@@ -303,3 +303,21 @@ async def test_a_fetch_that_stops_waiting_gets_the_whole_batches_read_so_far(tmp
         await asyncio.wait({task})                       # the first read ends too, unclaimed
     finally:
         await b.close()
+
+
+async def test_chunks_a_sequential_reader_moved_past_are_evicted_first():
+    """Under pressure, a chunk whose reader has gone on to the next one goes before an older chunk that may still be
+    read (another reader's, partly consumed)."""
+    from storage.tiered.remote_chunks import ReadAhead
+    cache = ChunkCache(capacity=300)
+
+    async def fetch():
+        return b"x" * 100
+    other, _ = cache.get("other", 100, fetch)          # the oldest, read by a reader that has not moved on
+    await other
+    parts = [(("seg", i), 100, fetch) for i in range(3)]
+    ra = ReadAhead(100, 0)
+    for i in range(3):
+        await cache.in_order(ra, parts, i)             # 400 bytes at the third: one must go
+        await asyncio.sleep(0)
+    assert cache.contains("other") and not cache.contains(("seg", 0)) and cache.bytes == 300
