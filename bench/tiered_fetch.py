@@ -143,6 +143,17 @@ def start_broker(kind: str, moto=None) -> tuple[Broker, Path | None]:
     return Broker(overrides).start(), store_dir
 
 
+def check_log(log: str) -> None:
+    if "Traceback" in log:
+        raise RuntimeError("broker logged a traceback:\n" + log[log.index("Traceback") - 500:][:4000])
+
+
+def stop_broker(b: Broker, store_dir: Path | None) -> None:
+    b.stop()
+    if store_dir is not None:
+        shutil.rmtree(store_dir, ignore_errors=True)
+
+
 def tier_all(b: Broker, topic: str, seg: str, total: int, timeout: float) -> tuple[float, float]:
     """Enable tiering on a full topic (EnableRemoteLogOnTopic): everything is copied from here on, and
     local.retention.ms=1 also rolls the active segments, so the whole topic ends up in the store. (seconds, bytes)."""
@@ -212,13 +223,9 @@ def run_store(kind: str, args, moto=None, partitions: int = 1) -> dict:
             out[key] = statistics.median(r["remote"][key] for r in rounds)
         out["rss_mib"] = max(r[t]["rss_mib"] for r in rounds for t in ("local", "remote"))
         out["ratio"] = out["remote_mb_s"] / out["local_mb_s"]
-        log = b.stop()
-        if "Traceback" in log:
-            raise RuntimeError("broker logged a traceback:\n" + log[log.index("Traceback") - 500:][:4000])
+        check_log(b.stop())
     finally:
-        b.stop()
-        if store_dir is not None:
-            shutil.rmtree(store_dir, ignore_errors=True)
+        stop_broker(b, store_dir)
     return out
 
 
@@ -323,13 +330,9 @@ def run_tail(args) -> dict:
             print(f"[tail] {consumers} catch-up consumers: tail p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
                   f"catch-up {r['catch_up_mb_s']:.0f} MB/s, broker RSS {r['rss_mib']:.0f} MiB", flush=True)
             phases.append(r)
-        log = b.stop()
-        if "Traceback" in log:
-            raise RuntimeError("broker logged a traceback:\n" + log[log.index("Traceback") - 500:][:4000])
+        check_log(b.stop())
     finally:
-        b.stop()
-        if store_dir is not None:
-            shutil.rmtree(store_dir, ignore_errors=True)
+        stop_broker(b, store_dir)
     return {"phases": phases, "mib": n * args.size / MiB}
 
 
