@@ -344,7 +344,9 @@ def results_block(results: list[dict], tail: dict | None, args, wall: float) -> 
     m = pf.machine()
     when = dt.datetime.now().strftime("%Y-%m-%d")
     lines = [BEGIN, "",
-             f"Measured {when} with `bench/tiered_fetch.py --rounds {args.rounds} --size {args.size}` "
+             f"Measured {when} with `bench/tiered_fetch.py --rounds {args.rounds} --size {args.size}"
+             f"{' --moto-size-mib 0' if not args.moto_size_mib else ''}"
+             f"{' --tail-seconds 0' if not args.tail_seconds else ''}` "
              f"({wall:.0f} s wall): {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}, "
              f"librdkafka {m.get('librdkafka', '?')}. remote.fetch.max.memory.bytes = 256 MiB (the default).", "",
              "| Store | Partitions | Data | Offload MB/s | Local fetch MB/s | Remote fetch MB/s | Remote / local | "
