@@ -71,6 +71,7 @@ def check_create(broker, image, name: str, num_partitions: int, replication_fact
     reason = topic_name_error(name)
     if reason:
         raise AdminError(ErrorCode.invalid_topic_exception, reason)
+    limit = max_broker_partitions(broker)
     if image.get(name) is not None:
         raise AdminError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     if "." in name or "_" in name:
@@ -99,9 +100,9 @@ def check_create(broker, image, name: str, num_partitions: int, replication_fact
             raise AdminError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive "
                              "value." if num_partitions <= 0 else f"Number of partitions {num_partitions} exceeds "
                                                                   f"{MAX_PARTITIONS}")
-        assignment = place(image, num_partitions, replication_factor, limit=max_broker_partitions(broker))
+        assignment = place(image, num_partitions, replication_factor, limit=limit)
     if not (by_a_broker and name in _BROKERS_OWN_TOPICS):
-        check_broker_partitions(broker, image, assignment)
+        check_broker_partitions(image, assignment, limit)
     normalized = validate_configs(configs or {})
     validate_remote_storage(broker, name, normalized)   # also resolves the full config
     return assignment, normalized
@@ -137,10 +138,9 @@ def max_broker_partitions(broker) -> int:
 _BROKERS_OWN_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
 
 
-def check_broker_partitions(broker, image, assignment: list[list[int]]) -> None:
-    """Refuse new partitions that would take a broker above `max.broker.partitions` (KIP-578), with the
+def check_broker_partitions(image, assignment: list[list[int]], limit: int) -> None:
+    """Refuse new partitions that would take a broker above `limit` (max.broker.partitions, KIP-578), with the
     POLICY_VIOLATION Kafka's controller answers for an operation too large to apply."""
-    limit = max_broker_partitions(broker)
     added: dict[int, int] = {}
     for replicas in assignment:
         for b in replicas:

@@ -121,14 +121,11 @@ class RemoteReader:
     def _object(self, key: str, size: int):
         """The .log object for the ranged reads; each GET is timed for the store estimate. A GET may come back short
         (an object shorter than its metadata): the read then ends there and says so."""
-        import time
         from storage.tiered.remote_chunks import RangedObject
         store, estimate = self.client.store, self.reads.estimate
 
         async def fetch(start: int, end: int) -> bytes:
-            t0 = time.monotonic()
-            data = await store.get(key, start, end)
-            estimate.observe(len(data), time.monotonic() - t0)
+            data = await estimate.timed(store.get(key, start, end))
             self.gets += 1
             self.bytes += len(data)
             return data

@@ -32,6 +32,7 @@ def _grow(broker, t, validate_only: bool, quota):
                              f"Attempted to add {t.count - info.partitions} additional partition(s), but only "
                              f"{len(t.assignments)} assignment(s) were specified.")
         rf = len(info.partition(0).replicas)
+        limit = max_broker_partitions(broker)
         if t.assignments is not None:
             assignment = check_replica_assignment(image, [a.broker_ids for a in t.assignments])
             if len(assignment[0]) != rf:
@@ -39,9 +40,8 @@ def _grow(broker, t, validate_only: bool, quota):
                                  f"partitions, partition 0 has {rf} while partitions [{info.partitions}] have "
                                  f"replication factors [{len(assignment[0])}], respectively.")
         else:
-            assignment = place(image, t.count - info.partitions, rf, first_partition=info.partitions,
-                               limit=max_broker_partitions(broker))
-        check_broker_partitions(broker, image, assignment)
+            assignment = place(image, t.count - info.partitions, rf, first_partition=info.partitions, limit=limit)
+        check_broker_partitions(image, assignment, limit)
         take_mutations(quota, t.count - info.partitions)
         return ([] if validate_only else partition_records(info.topic_id, info.partitions, assignment)), None
     return operation

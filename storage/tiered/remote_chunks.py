@@ -36,6 +36,13 @@ class GetEstimate:
         self._samples: deque[tuple[float, float]] = deque(maxlen=samples)
         self.listener: Callable[[int, float], None] | None = None     # e.g. a latency histogram
 
+    async def timed(self, get) -> bytes:
+        """The answer of the GET coroutine `get`, observed with the time it took."""
+        t0 = time.monotonic()
+        data = await get
+        self.observe(len(data), time.monotonic() - t0)
+        return data
+
     def observe(self, nbytes: int, seconds: float) -> None:
         self._samples.append((float(nbytes), max(seconds, 0.0)))
         if self.listener is not None:
@@ -165,16 +172,21 @@ class ChunkCache:
         fut, waiting = self.get(key, size, make)
         if waiting:
             ra.stalled()
-        for j in range(i + 1, i + 1 + ra.window):
-            if j >= len(parts):
-                past_end = getattr(parts, "past_end", None)
-                if past_end is not None:
-                    past_end(ra.window, i + ra.window - j + 1)
-                break
+        end = i + 1 + ra.window
+        if self.read_ahead(parts, i + 1, end) and end > len(parts):
+            past_end = getattr(parts, "past_end", None)
+            if past_end is not None:
+                past_end(ra.window, end - len(parts))
+        return fut
+
+    def read_ahead(self, parts, first: int, end: int) -> bool:
+        """Read ahead parts [first, end) of `parts` (those there are) not held yet, in order; False once the budget
+        is full (the rest waits for the reader to come closer)."""
+        for j in range(first, min(end, len(parts))):
             key, size, make = parts[j]
             if key not in self.entries and not self.prefetch(key, size, make):
-                break                        # the budget is full: the rest waits for the reader to come closer
-        return fut
+                return False
+        return True
 
     def _start(self, key, size: int, make, ahead: bool) -> _Chunk:
         e = _Chunk(asyncio.ensure_future(make()), size, ahead, used=time.monotonic())
@@ -309,11 +321,7 @@ class RangedReads:
         which it reads with its `window` (at least): the window carries over from one segment to the next."""
         ra = self.read_ahead(obj.key)
         ra.window = min(ra.max_window, max(ra.window, window))
-        chunks = _Chunks(obj, ra.chunk_size)
-        for j in range(min(count, len(chunks))):
-            key, size, make = chunks[j]
-            if key not in self.cache.entries and not self.cache.prefetch(key, size, make):
-                break
+        self.cache.read_ahead(_Chunks(obj, ra.chunk_size), 0, count)
 
     async def range(self, obj: RangedObject, start: int, end: int, cur: list) -> list[memoryview]:
         """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk."""

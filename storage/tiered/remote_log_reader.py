@@ -1,5 +1,5 @@
 """Reads from the remote tier (KIP-405): Kafka's RemoteLogReader (a bounded pool of remote reads) and
-RemoteIndexCache, plus a chunk cache with sequential prefetch.
+RemoteIndexCache, plus parallel ranged reads of segments (remote_chunks.py).
 
 Reads below the local log start go through `read()` on a bounded reader pool (`remote.log.reader.threads` tasks,
 `remote.log.reader.max.pending.tasks` waiting), with a per-segment index cache and parallel ranged reads with an
@@ -97,9 +97,6 @@ class _LruFutures:
         self.entries[key] = fut
         fut.add_done_callback(lambda f, k=key: self._done(k, f))
         return fut
-
-    def contains(self, key) -> bool:
-        return key in self.entries
 
     def _done(self, key, fut) -> None:
         if fut.cancelled() or fut.exception() is not None:

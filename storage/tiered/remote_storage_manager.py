@@ -30,7 +30,6 @@ import asyncio
 import logging
 import mmap
 import os
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
@@ -142,9 +141,7 @@ class RemoteStorageManager:
             data = self._mapped(key, start, end)
         else:
             try:
-                t0 = time.monotonic()
-                data = await self.store.get(key, start, end)
-                self.gets.observe(len(data), time.monotonic() - t0)
+                data = await self.gets.timed(self.store.get(key, start, end))
                 self.segment_gets += 1
                 self.segment_get_bytes += len(data)
             except (ObjectStoreError, OSError) as e:
@@ -193,10 +190,8 @@ class RemoteStorageManager:
         """The whole index object, checked against its size (HEAD and GET concurrently: no added latency)."""
         key = segment_key_prefix(md) + index_type.value
         what = f"fetching {index_type.name} index of {md.segment_id}"
-        t0 = time.monotonic()
-        data, info = await asyncio.gather(self.store.get(key), self.store.head(key), return_exceptions=True)
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            self.gets.observe(len(data), time.monotonic() - t0)
+        data, info = await asyncio.gather(self.gets.timed(self.store.get(key)), self.store.head(key),
+                                          return_exceptions=True)
         for r in (data, info):
             if isinstance(r, (ObjectStoreError, OSError)):
                 raise _wrap(r, what) from r

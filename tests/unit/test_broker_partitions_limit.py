@@ -2,8 +2,6 @@
 (creation, reassignment, deletion, snapshot replay), and placement that leaves brokers at the bound out."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from broker.topic_admin import AdminError, check_broker_partitions, place
@@ -47,10 +45,9 @@ def test_placement_leaves_full_brokers_out_and_the_check_refuses_what_does_not_f
     img = MetadataImage().apply([*brokers(1, 2, 3), TopicRecord("a", "a" * 32),
                                  *(PartitionRecord("a" * 32, i, [1], [1], 1) for i in range(4))])
     assert place(img, 6, 1, limit=4) and all(r != [1] for r in place(img, 6, 1, limit=4))
-    broker = SimpleNamespace(config=SimpleNamespace(get=lambda key: "4"))
-    check_broker_partitions(broker, img, place(img, 8, 1, limit=4))          # 4 each on brokers 2 and 3
+    check_broker_partitions(img, place(img, 8, 1, limit=4), 4)               # 4 each on brokers 2 and 3
     with pytest.raises(AdminError) as e:
-        check_broker_partitions(broker, img, place(img, 9, 1, limit=4))
+        check_broker_partitions(img, place(img, 9, 1, limit=4), 4)
     assert e.value.code == ErrorCode.policy_violation and "max.broker.partitions=4" in e.value.args[0]
     with pytest.raises(AdminError):                                            # rf 3 needs broker 1 too
-        check_broker_partitions(broker, img, place(img, 1, 3, limit=4))
+        check_broker_partitions(img, place(img, 1, 3, limit=4), 4)

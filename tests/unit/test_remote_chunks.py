@@ -234,13 +234,10 @@ async def test_a_failed_get_fails_that_read_and_the_next_read_fetches_it_again()
 
 async def test_the_reader_metrics_show_gets_misses_and_memory(tmp_path):
     from prometheus_client import generate_latest
-    from test_remote_log_manager import TIERED, Broker, offsets
-    from test_store_read_checks import _fetch
-    b = Broker(tmp_path, **{"remote.log.storage.manager.store.faults": "get_latency_ms=5,seed=3"})
+    from test_remote_log_manager import offsets
+    from test_store_read_checks import _fetch, tiered_broker
+    b, part = await tiered_broker(tmp_path, "get_latency_ms=5,seed=3")
     try:
-        part = b.create("t", **TIERED)
-        b.produce(part, 10)                          # [0-2] [3-5] [6-8] tiered, [9] local
-        await b.rlm.run_once("t", 0)
         views, error = await _fetch(b, part, 3)
         assert error == 0 and offsets(views) == [3, 4, 5]
         await asyncio.gather(*b.rlm._chunks.pending)     # the next segment's first chunk, read ahead

@@ -126,12 +126,18 @@ async def _fetch(b: Broker, part, offset: int):
     return part.remote_read_result(offset, task)
 
 
+async def tiered_broker(tmp_path, faults: str):
+    """A broker whose store has `faults`, with topic t: [0-2] [3-5] [6-8] tiered, [9] local. (broker, partition)."""
+    b = Broker(tmp_path, **{"remote.log.storage.manager.store.faults": faults})
+    part = b.create("t", **TIERED)
+    b.produce(part, 10)
+    await b.rlm.run_once("t", 0)
+    return b, part
+
+
 async def test_a_short_read_from_the_tier_fails_that_fetch_and_the_next_one_reads_it_whole(tmp_path):
-    b = Broker(tmp_path, **{"remote.log.storage.manager.store.faults": "seed=5"})
+    b, part = await tiered_broker(tmp_path, "seed=5")
     try:
-        part = b.create("t", **TIERED)
-        b.produce(part, 10)                          # [0-2] [3-5] [6-8] tiered, [9] local
-        await b.rlm.run_once("t", 0)
         store = b.rlm.store
         assert isinstance(store, FaultyObjectStore) and part.log.local_log_start_offset == 9
         store.faults.get_short_rate = 1
