@@ -85,6 +85,16 @@ def reader_figures(b: Broker) -> dict:
     return dict(zip(("gets", "ahead", "wasted"), (b.metric(m) for m in READER)))
 
 
+def print_reader_metrics(b: Broker) -> None:
+    """The remote reader's metrics as the broker shows them (--verbose: what limited a run)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(("strata_remote_log_reader", "kafka_storage_remotestoragethreadpool",
+                            "kafka_server_delayedremotefetchmetrics", "kafka_log_remote_remote_log_reader")) \
+                and "_created" not in line or 'time_seconds_bucket{le' in line and 'request="Fetch"' in line:
+            print("   ", line)
+
+
 class RssPeak:
     """The broker's largest RSS, sampled every 0.1 s from a thread while a phase runs."""
 
@@ -124,11 +134,12 @@ def local_log_bytes(b: Broker, topic: str) -> int:
 SLOW = "latency_ms=30,get_bandwidth_mb_s=80,seed=1"     # every request 30 ms to its first byte; GETs at 80 MB/s
 
 
-def start_broker(kind: str, moto=None) -> tuple[Broker, Path | None]:
+def start_broker(kind: str, moto=None, extra: dict[str, str] | None = None) -> tuple[Broker, Path | None]:
     """A broker on a fresh store: "file" (the local filesystem store, read through its mapping), "slow" (the same
     behind SLOW, read by GETs) or "s3" (moto)."""
     overrides = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "500",
-                 "log.retention.check.interval.ms": "500", "remote.log.metadata.topic.num.partitions": "5"}
+                 "log.retention.check.interval.ms": "500", "remote.log.metadata.topic.num.partitions": "5",
+                 **(extra or {})}
     store_dir = None
     if kind in ("file", "slow"):
         store_dir = Path(tempfile.mkdtemp(prefix="strata-bench-objects-"))
@@ -173,7 +184,7 @@ def run_store(kind: str, args, moto=None, partitions: int = 1) -> dict:
     size_mib = args.moto_size_mib if kind == "s3" else args.size_mib
     seg_mib = args.moto_segment_mib if kind == "s3" else args.segment_mib
     n = size_mib * MiB // args.size
-    b, store_dir = start_broker(kind, moto)
+    b, store_dir = start_broker(kind, moto, args.broker_config)
     label = f"{kind}/{partitions}"
     print(f"[{label}] broker on {b.bootstrap}, {n} x {args.size} B = {n * args.size / MiB:.0f} MiB per topic, "
           f"{seg_mib} MiB segments, {partitions} partition(s)", flush=True)
@@ -211,6 +222,8 @@ def run_store(kind: str, args, moto=None, partitions: int = 1) -> dict:
                     r["gets_per_gb"] = (reader1["gets"] - reader0["gets"]) / (fetched / 1e9)
                     r["wasted_mib"] = (reader1["wasted"] - reader0["wasted"]) / MiB
                     r["ahead_mib"] = (reader1["ahead"] - reader0["ahead"]) / MiB
+                if args.verbose:
+                    print_reader_metrics(b)
                 res[topic] = r
                 print(f"[{label}] round {rnd} {topic}: {r['mb_s']:.0f} MB/s, broker CPU "
                       f"{r['broker_cpu_ms_per_mb']:.2f} ms/MB, RssAnon {r['rss_mib']:.0f} MiB", flush=True)
@@ -314,7 +327,7 @@ def tail_phase(b: Broker, args, catch_up_consumers: int) -> dict:
 
 def run_tail(args) -> dict:
     """Tail consumers beside catch-up readers of the remote tier, on the slow store (SLOW)."""
-    b, store_dir = start_broker("slow")
+    b, store_dir = start_broker("slow", None, args.broker_config)
     n = args.tail_mib * MiB // args.size
     try:
         seg = str(args.segment_mib * MiB)
@@ -346,9 +359,11 @@ def results_block(results: list[dict], tail: dict | None, args, wall: float) -> 
     lines = [BEGIN, "",
              f"Measured {when} with `bench/tiered_fetch.py --rounds {args.rounds} --size {args.size}"
              f"{' --moto-size-mib 0' if not args.moto_size_mib else ''}"
-             f"{' --tail-seconds 0' if not args.tail_seconds else ''}` "
+             f"{' --tail-seconds 0' if not args.tail_seconds else ''}"
+             f"{''.join(f' --broker-config {k}={v}' for k, v in args.broker_config.items())}` "
              f"({wall:.0f} s wall): {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}, "
-             f"librdkafka {m.get('librdkafka', '?')}. remote.fetch.max.memory.bytes = 256 MiB (the default).", "",
+             f"librdkafka {m.get('librdkafka', '?')}. remote.fetch.max.memory.bytes = "
+             f"{args.broker_config.get('remote.fetch.max.memory.bytes', '256 MiB (the default)')}.", "",
              "| Store | Partitions | Data | Offload MB/s | Local fetch MB/s | Remote fetch MB/s | Remote / local | "
              "Broker CPU ms/MB local / remote | GETs per GB | Read ahead / never read MiB | Peak broker RssAnon MiB |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -423,17 +438,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--settle", type=float, default=10)
     ap.add_argument("--phase-timeout", type=float, default=300)
+    ap.add_argument("--only", choices=("file", "slow", "wide", "tail"), help="run one case only (diagnosis)")
+    ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting for every broker of the run (repeatable)")
+    ap.add_argument("--verbose", action="store_true", help="print the remote reader's metrics after each remote phase")
     ap.add_argument("--write", action="store_true", help=f"update the Tiered storage section of {DOC}")
     args = ap.parse_args(argv)
+    args.broker_config = dict(kv.split("=", 1) for kv in args.broker_config)
     t0 = time.monotonic()
-    results = [run_store("file", args), run_store("slow", args)]
-    if args.wide_partitions:
+    only = args.only
+    if only and args.write:
+        ap.error("--write needs every case")
+    results = [run_store(k, args) for k in ("file", "slow") if only in (None, k)]
+    if args.wide_partitions and only in (None, "wide"):
         results.append(run_store("slow", args, partitions=args.wide_partitions))
-    if args.moto_size_mib > 0:
+    if args.moto_size_mib > 0 and not only:
         from moto_server import MotoServer
         with MotoServer(Path(tempfile.gettempdir()) / "strata-bench-moto.log") as moto:
             results.append(run_store("s3", args, moto))
-    tail = run_tail(args) if args.tail_seconds > 0 and args.wide_partitions else None
+    tail = run_tail(args) if args.tail_seconds > 0 and args.wide_partitions and only in (None, "tail") else None
     block = results_block(results, tail, args, time.monotonic() - t0)
     print(block)
     if args.write:

@@ -100,6 +100,21 @@ def raise_open_file_limit() -> None:
             logging.getLogger("strata.broker").warning("open-file limit stays %d (hard %d): %s", soft, hard, e)
 
 
+def return_large_buffers() -> None:
+    """Have glibc's malloc map every buffer of 256 KiB or more on its own and unmap it when freed. Left to itself,
+    malloc raises that threshold to the largest buffer it has freed (up to 32 MiB), after which remote-read chunks
+    come from the heap, whose free space a process rarely gives back: the broker's memory would grow past
+    remote.fetch.max.memory.bytes (docs/tiered-storage.md) although the chunks it holds stay within it."""
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt(-3, 256 << 10)            # M_MMAP_THRESHOLD (a fixed value ends the dynamic one)
+    except (OSError, AttributeError, TypeError):
+        pass                                   # not glibc (musl maps large buffers anyway): nothing to set
+
+
 def run(args: argparse.Namespace) -> int:
     """Run a parsed `broker` or `check` command."""
     if args.command == "check":
@@ -123,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{k}={'[hidden]' if is_sensitive(k) else config.props[k]}")
         return 0
     raise_open_file_limit()
+    return_large_buffers()
     try:
         import uvloop
     except ImportError:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from protocol.errors import ApiError, ErrorCode
-from protocol.record_batch import compute_crc, iter_batches
+from protocol.record_batch import HEADER_SIZE, LOG_OVERHEAD, compute_crc, iter_batches, read_header
 from replication.remote_wal import RECORDS
 from storage.log.log import AppendResult, Log, OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from storage.tiered.remote_log_metadata import RemoteStorageException
@@ -68,9 +68,31 @@ async def wait_for_all(waits: list, timeout: float) -> list[int]:
 def _end_of(views, start: int) -> int:
     """The offset after the last batch in `views` (`start` when there is none). A batch may span views (remote reads
     slice it at chunk boundaries), so they are walked as one."""
-    upper = start
-    for _, h in iter_batches(views[0] if len(views) == 1 else b"".join(views)):
+    if len(views) == 1:
+        upper = start
+        for _, h in iter_batches(views[0]):
+            upper = max(upper, h.last_offset + 1)
+        return upper
+    upper, i, pos = start, 0, 0            # the headers are read where they are; only one that spans views is joined
+    while i < len(views):
+        v = views[i]
+        if pos + HEADER_SIZE <= len(v):
+            h = read_header(v, pos)
+        else:
+            head, j = bytes(v[pos:]), i + 1
+            while len(head) < HEADER_SIZE and j < len(views):
+                head += bytes(views[j][:HEADER_SIZE - len(head)])
+                j += 1
+            if len(head) < HEADER_SIZE:
+                break
+            h = read_header(head, 0)
+        if h.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            break
         upper = max(upper, h.last_offset + 1)
+        pos += h.size
+        while i < len(views) and pos >= len(views[i]):     # move to the view holding the next batch's start
+            pos -= len(views[i])
+            i += 1
     return upper
 
 

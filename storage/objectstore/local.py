@@ -232,14 +232,17 @@ class LocalObjectStore:
             stop = size if end is None else min(end, size)
             if start >= stop:
                 return b""
-            out = bytearray(stop - start)
-            view, pos = memoryview(out), start
-            while view:  # pread may return short reads for large ranges
-                n = os.preadv(fd, [view], pos)
-                if n == 0:  # the file shrank under us: impossible for published objects (they are replaced)
+            data = os.pread(fd, stop - start, start)       # one copy, no zero-filled buffer first
+            if len(data) == stop - start:
+                return data
+            parts, pos = [data], start + len(data)
+            while pos < stop:  # pread may return short reads for large ranges
+                part = os.pread(fd, stop - pos, pos)
+                if not part:  # the file shrank under us: impossible for published objects (they are replaced)
                     raise ObjectStoreError(f"short read on {key!r}", retriable=True)
-                view, pos = view[n:], pos + n
-            return bytes(out)
+                parts.append(part)
+                pos += len(part)
+            return b"".join(parts)
         finally:
             os.close(fd)
 

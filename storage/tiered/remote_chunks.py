@@ -10,8 +10,10 @@ reader that waits for one chunk at a time reads at a fraction of the local log's
   doubles whenever the reader has to wait for a chunk that was already on its way (the window was too short for the
   reader's pace). Read-ahead happens only on a read, so it stops when the reader stops.
 - `ChunkCache` holds chunks, in flight and done, within `remote.fetch.max.memory.bytes`: a read-ahead is only started
-  while bytes in flight plus chunks fetched ahead and not yet read fit the budget, and done chunks are evicted
-  least recently used first. It counts hits, misses, waits and read-ahead bytes evicted unread (prefetch waste).
+  while bytes in flight plus chunks fetched ahead and not yet read fit the budget, a reader's own GET waits while
+  the GETs under way already take the whole budget, and done chunks are evicted least recently used first. Chunks
+  evicted while responses still hold views of them count against the budget until those are sent. It counts hits,
+  misses, waits and read-ahead bytes evicted unread (prefetch waste).
 - `RangedReads` puts them together for any object read in order (a `RangedObject`): the broker's remote tier and
   Spark's direct reads of the store use it alike.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -26,6 +29,9 @@ from typing import Callable
 
 MIN_CHUNK = 2 << 20
 MAX_CHUNK = 16 << 20
+MIN_SHARED_CHUNK = 256 << 10   # the smallest chunk when many objects share the budget
+SHARE_CHUNKS = 6          # chunks an object's share of the budget holds at least: its reader's and 5 read ahead
+ACTIVE = 5.0              # seconds since its last read for which an object counts as being read (shares the budget)
 STALE_AHEAD = 10.0        # seconds after which a chunk read ahead and never read may be evicted for new read-ahead
 
 
@@ -34,6 +40,7 @@ class GetEstimate:
 
     def __init__(self, samples: int = 64):
         self._samples: deque[tuple[float, float]] = deque(maxlen=samples)
+        self._last: tuple[float, float] | None = None
         self.listener: Callable[[int, float], None] | None = None     # e.g. a latency histogram
 
     async def timed(self, get) -> bytes:
@@ -49,20 +56,22 @@ class GetEstimate:
             self.listener(nbytes, seconds)
 
     def fit(self) -> tuple[float, float] | None:
-        """(latency seconds, bandwidth bytes/s), or None until GETs of different enough sizes were seen."""
+        """(latency seconds, bandwidth bytes/s), or None until GETs of different enough sizes were seen. While the
+        recent GETs are too alike in size (a reader taking chunks of the size this chose), the last fit stands."""
         n = len(self._samples)
         if n < 4:
-            return None
+            return self._last
         ss = [s for s, _ in self._samples]
         ts = [t for _, t in self._samples]
         ms, mt = sum(ss) / n, sum(ts) / n
         var = sum((s - ms) ** 2 for s in ss)
         if var <= (0.25 * ms) ** 2 * n:        # sizes too alike: latency and bandwidth cannot be told apart
-            return None
+            return self._last
         slope = sum((s - ms) * (t - mt) for s, t in zip(ss, ts)) / var
         if slope <= 0:
-            return None
-        return max(0.0, mt - slope * ms), 1.0 / slope
+            return self._last
+        self._last = max(0.0, mt - slope * ms), 1.0 / slope
+        return self._last
 
     def chunk_size(self, default: int) -> int:
         """A chunk for which the first byte's latency is at most a third of the GET: 2 x bandwidth x latency bytes,
@@ -81,6 +90,8 @@ class ReadAhead:
     chunk_size: int
     window: int = 2
     max_window: int = 32
+    used: float = 0.0          # monotonic time of its last read
+    finished: bool = False     # its reader asked for its last chunk (and goes on with the next object, if any)
 
     def stalled(self) -> None:
         """The reader waited for a chunk already requested ahead: it reads faster than the window delivers."""
@@ -110,6 +121,16 @@ class ChunkCache:
         self.hits = self.misses = self.waits = 0
         self.ahead_bytes = self.wasted_bytes = 0
         self.pending: set[asyncio.Future] = set()   # GETs not answered yet, held or dropped (close() ends them)
+        self.started = 0            # bytes of GETs under way (a reader's own GET waits while these fill the budget)
+        self._room: deque[tuple[int, asyncio.Future]] = deque()     # readers' GETs waiting for room, in order
+        self._released: list[tuple[bytes, int]] = []   # evicted chunks that views (responses) still hold
+
+    @property
+    def held(self) -> int:
+        """Bytes of evicted chunks still alive because views of them (a response being sent) hold them."""
+        # a chunk referenced only by this list's tuple, the loop variable and getrefcount's argument is free
+        self._released = [(d, n) for d, n in self._released if sys.getrefcount(d) > 3]
+        return sum(n for _, n in self._released)
 
     def contains(self, key) -> bool:
         return key in self.entries
@@ -139,7 +160,7 @@ class ChunkCache:
         """Whether a read-ahead of `size` bytes fits the budget: bytes in flight plus chunks fetched ahead and not
         read yet stay within three quarters of it (done chunks already read can always be evicted; the last quarter
         is for readers' own chunks, so that they do not push unread read-ahead out)."""
-        return self.in_flight + self.unread_ahead + size <= self.capacity * 3 // 4
+        return self.in_flight + self.unread_ahead + self.held + size <= self.capacity * 3 // 4
 
     def prefetch(self, key, size: int, make: Callable[[], object]) -> bool:
         """Start a read-ahead of a chunk not held yet, if the budget has room (after evicting chunks read ahead for
@@ -172,6 +193,11 @@ class ChunkCache:
         fut, waiting = self.get(key, size, make)
         if waiting:
             ra.stalled()
+        if i + 1 < len(parts) and parts[i + 1][0] not in self.entries:
+            # the next part always: a read-ahead further out must not keep the reader's next chunk from starting
+            nkey, nsize, nmake = parts[i + 1]
+            self._start(nkey, nsize, nmake, ahead=True, gate=True)
+            self.ahead_bytes += nsize
         end = i + 1 + ra.window
         if self.read_ahead(parts, i + 1, end) and end > len(parts):
             past_end = getattr(parts, "past_end", None)
@@ -188,14 +214,54 @@ class ChunkCache:
                 return False
         return True
 
-    def _start(self, key, size: int, make, ahead: bool) -> _Chunk:
-        e = _Chunk(asyncio.ensure_future(make()), size, ahead, used=time.monotonic())
+    def _start(self, key, size: int, make, ahead: bool, gate: bool | None = None) -> _Chunk:
+        """Request a chunk; `gate` (a reader's own chunk, or the one it reads next) waits while the GETs under way
+        take the budget, other read-ahead was admitted by room_ahead."""
+        gate = not ahead if gate is None else gate
+        e = _Chunk(asyncio.ensure_future(self._get(size, make, wait=gate)), size, ahead, used=time.monotonic())
         self.entries[key] = e
         self.pending.add(e.future)
         self.bytes += size
         self.in_flight += size
         e.future.add_done_callback(lambda f, k=key, e=e: self._done(k, e))
         return e
+
+    async def _get(self, size: int, make, wait: bool):
+        """Run the GET `make()`, counted in `started`. A reader's own GET (`wait`) first waits, in order, while the
+        GETs under way would take it past the budget (read-ahead is kept within it by room_ahead instead)."""
+        if wait and (self._room or (self.started and self.started + size > self.capacity)):
+            turn = asyncio.get_running_loop().create_future()
+            self._room.append((size, turn))
+            try:
+                await turn                    # _wake counted it in `started` when it gave the turn
+            except BaseException:
+                if turn.done() and not turn.cancelled():
+                    self._ended(size)
+                else:
+                    if (size, turn) in self._room:
+                        self._room.remove((size, turn))
+                    self._wake()              # those behind it may fit now
+                raise
+        else:
+            self.started += size
+        try:
+            return await make()
+        finally:
+            self._ended(size)
+
+    def _ended(self, size: int) -> None:
+        self.started -= size
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._room:
+            size, turn = self._room[0]
+            if self.started and self.started + size > self.capacity:
+                return
+            self._room.popleft()
+            if not turn.done():
+                self.started += size
+                turn.set_result(None)
 
     def _done(self, key, e: _Chunk) -> None:
         self.in_flight -= e.size
@@ -217,11 +283,12 @@ class ChunkCache:
 
     def _evict(self, keep) -> None:
         """Drop done chunks until the cache fits its capacity: those a sequential reader has moved past first, then
-        those read and maybe still being read, then those read ahead and not read yet (prefetch waste), least
-        recently used first in each."""
-        for rank in (0, 1, 2):
-            for key in list(self.entries):
-                if self.bytes <= self.capacity:
+        those read and maybe still being read (least recently used first), then those read ahead and not read yet
+        (prefetch waste), the furthest ahead first: the reader needs the nearest soonest."""
+        held = self.held
+        for rank in (0, 1, 2):            # unread read-ahead: the latest requested (furthest ahead) first
+            for key in (list(self.entries) if rank < 2 else list(reversed(self.entries))):
+                if self.bytes + held <= self.capacity:
                     return
                 e = self.entries[key]
                 if key != keep and e.done and rank == (2 if e.ahead else 0 if e.passed else 1):
@@ -230,12 +297,17 @@ class ChunkCache:
     def _forget(self, key, e: _Chunk) -> None:
         del self.entries[key]
         if e.done:
+            data = e.future.result()
+            if sys.getrefcount(data) > 3:       # the future's result, `data`, the argument: views hold it too
+                self._released.append((data, e.size))
             self.bytes -= e.size
             if e.ahead:
                 self.unread_ahead -= e.size
                 self.wasted_bytes += e.size
         else:
             self.bytes -= e.size           # its answer is dropped when it comes (_done sees another entry)
+            if e.ahead:
+                self.wasted_bytes += e.size
 
     async def close(self) -> None:
         """Cancel every GET still in flight and wait for them to end (the reader is going away)."""
@@ -244,9 +316,10 @@ class ChunkCache:
             f.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
-    def drop(self, pred) -> None:
-        """Forget the chunks whose key matches (a deleted segment, a partition no longer led)."""
-        for key in [k for k in self.entries if pred(k)]:
+    def drop(self, pred, unread_only: bool = False) -> None:
+        """Forget the chunks whose key matches (a deleted segment, a partition no longer led), or only those read
+        ahead and not read yet (a reader that will not read them: wasted)."""
+        for key in [k for k, e in self.entries.items() if pred(k) and (e.ahead or not unread_only)]:
             self._forget(key, self.entries[key])
 
 
@@ -283,21 +356,55 @@ class RangedReads:
     (remote_log_reader.py) and Spark's direct reads of the store (spark_connector/remote_reader.py) share."""
 
     def __init__(self, cache: ChunkCache, estimate: GetEstimate, default_chunk: int, first_window: int,
-                 max_objects: int = 4096):
+                 max_objects: int = 4096, readers: Callable[[], int] | None = None):
         self.cache, self.estimate = cache, estimate
+        self.readers = readers          # how many reads are under way, when the caller knows (they share the budget)
         self.default_chunk, self.first_window, self.max_objects = default_chunk, first_window, max_objects
         self.read_aheads: OrderedDict[object, ReadAhead] = OrderedDict()
 
-    def read_ahead(self, key) -> ReadAhead:
-        """The object's reading state, made at its first read with a chunk size from what the store showed so far."""
+    def streams(self, now: float) -> int:
+        """Objects read within the last ACTIVE seconds (the most recently read are last in `read_aheads`), or the
+        reads under way if more: a Fetch that starts reads of many partitions at once makes them share the budget
+        from their first chunk, not after each has read one chunk at a size meant for fewer."""
+        n = 0
+        for ra in reversed(self.read_aheads.values()):
+            if ra.used < now - ACTIVE:
+                break
+            n += not ra.finished
+        return max(n, self.readers()) if self.readers is not None else n
+
+    def read_ahead(self, key, reading: bool = True) -> ReadAhead:
+        """The object's reading state, made at its first read. Its chunk size comes from what the store showed so far
+        (GetEstimate.chunk_size), and both the chunk size and the window are kept within the object's share of the
+        read-ahead budget (three quarters of it, split between the objects being read): a chunk at most a sixth of
+        the share, so that the reader's own chunk and five ahead fit it (enough ahead that a reader consuming a part
+        of a chunk per fetch finds the next one there). With many objects read at once (a consumer
+        catching up on many partitions) the chunks get smaller rather than evicting each other's read-ahead; a
+        smaller chunk size applies from the reader's next chunk (a larger one only to objects read later).
+        `reading=False`: a reader of the previous object reads ahead into this one; it is the same reader, not one
+        more sharing the budget, until it comes to read here."""
+        now = time.monotonic()
         ra = self.read_aheads.get(key)
         if ra is None:
-            cs = self.estimate.chunk_size(self.default_chunk)
-            ra = self.read_aheads[key] = ReadAhead(cs, self.first_window, max(1, self.cache.capacity // (2 * cs)))
-            if len(self.read_aheads) > self.max_objects:
+            ra = self.read_aheads[key] = ReadAhead(0, self.first_window)
+            if not reading:              # not read yet: with the objects not read lately (streams() stops at them)
+                self.read_aheads.move_to_end(key, last=False)
+            elif len(self.read_aheads) > self.max_objects:
                 self.read_aheads.popitem(last=False)
-        else:
+        elif reading:
             self.read_aheads.move_to_end(key)
+        if reading:
+            ra.used = now
+        share = self.cache.capacity * 3 // 4 // max(1, self.streams(now))
+        fit = 1 << max(0, (share // SHARE_CHUNKS).bit_length() - 1)     # a power of two, a sixth of the share
+        fit = max(fit, MIN_SHARED_CHUNK)
+        if ra.chunk_size == 0:
+            ra.chunk_size = min(self.estimate.chunk_size(self.default_chunk), fit)
+        elif fit <= ra.chunk_size // 2:            # more readers now: smaller (never larger: that refetches bytes)
+            self.cache.drop(lambda k, old=(key, ra.chunk_size): k[:2] == old, unread_only=True)
+            ra.chunk_size = fit                     # what it read ahead in the old size will not be read: freed
+        ra.max_window = max(1, share // ra.chunk_size - 1)
+        ra.window = min(ra.window, ra.max_window)
         return ra
 
     async def close(self) -> None:
@@ -310,21 +417,35 @@ class RangedReads:
         for key in [k for k in self.read_aheads if pred(k)]:
             del self.read_aheads[key]
 
-    async def chunk(self, obj: RangedObject, i: int, ra: ReadAhead | None = None) -> bytes:
+    async def chunk(self, obj: RangedObject, i: int, ra: ReadAhead | None = None, wait=None) -> bytes:
         """Chunk `i` of the object, after starting the read-ahead past it (ChunkCache.in_order). Shielded: a reader
-        that is cancelled must not cancel a GET other readers share."""
+        that is cancelled must not cancel a GET other readers share. `wait(future)`, when given, is how the reader
+        waits for a chunk not there yet (the broker's reader gives its pool slot back meanwhile)."""
         ra = ra or self.read_ahead(obj.key)
-        return await asyncio.shield(self.cache.in_order(ra, _Chunks(obj, ra.chunk_size), i))
+        chunks = _Chunks(obj, ra.chunk_size)
+        ra.finished = i + 1 >= len(chunks)       # a reader at its last chunk no longer takes a share of the budget
+        fut = self.cache.in_order(ra, chunks, i)
+        if wait is not None and not fut.done():
+            return await wait(fut)
+        return await asyncio.shield(fut)
 
     def start(self, obj: RangedObject, window: int, count: int) -> None:
         """Read ahead the object's first `count` chunks for a sequential reader coming from the previous object,
-        which it reads with its `window` (at least): the window carries over from one segment to the next."""
-        ra = self.read_ahead(obj.key)
+        which it reads with its `window` (at least): the window carries over from one segment to the next, and into
+        the objects after this one when it is longer than this one (small segments, a wide window)."""
+        ra = self.read_ahead(obj.key, reading=False)
         ra.window = min(ra.max_window, max(ra.window, window))
-        self.cache.read_ahead(_Chunks(obj, ra.chunk_size), 0, count)
+        chunks = _Chunks(obj, ra.chunk_size)
+        if self.cache.read_ahead(chunks, 0, count) and count > len(chunks) and obj.after is not None:
+            obj.after(window, count - len(chunks))      # a window longer than this object goes on past it
 
-    async def range(self, obj: RangedObject, start: int, end: int, cur: list) -> list[memoryview]:
-        """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk."""
+    async def range(self, obj: RangedObject, start: int, end: int, cur: list, wait=None) -> list[memoryview]:
+        """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk;
+        `wait` as for chunk()."""
+        if cur[1] is not None:              # within the chunk read last (most calls: a batch after the previous one)
+            lo = start - cur[0][0] * cur[0][1]
+            if lo >= 0 and end - start + lo <= len(cur[1]):
+                return [cur[1][lo:lo + end - start]]
         ra = self.read_ahead(obj.key)
         cs = ra.chunk_size
         out = []
@@ -332,7 +453,7 @@ class RangedReads:
         while pos < end:
             i = pos // cs
             if cur[0] != (cs, i):
-                data = await self.chunk(obj, i, ra)
+                data = await self.chunk(obj, i, ra, wait)
                 cur[0], cur[1] = (cs, i), memoryview(data)
             lo = pos - i * cs
             hi = min(end - i * cs, len(cur[1]))

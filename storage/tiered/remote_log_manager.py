@@ -80,6 +80,8 @@ class RemoteStorageMetrics:
                                   "waiting for a reader slot", namespace=pool, registry=registry)
         self.reader_active = Gauge("remote_log_reader_active_tasks", "reads holding a reader slot",
                                    namespace=pool, registry=registry)
+        self.reader_waiting = Gauge("remote_log_reader_waiting_tasks", "reads waiting for the store, their reader "
+                                    "slot given back meanwhile (Strata)", namespace="strata", registry=registry)
         self.reader_time = Histogram("remote_log_reader_fetch_time_seconds", "RemoteLogReaderFetchRateAndTimeMs: "
                                      "time of one remote read", namespace="kafka_log_remote", registry=registry,
                                      buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
@@ -112,6 +114,8 @@ class _ChunkCacheCollector:
                                 value=c.bytes)
         yield GaugeMetricFamily(ns + "in_flight_bytes", "bytes of remote segment GETs not yet answered",
                                 value=c.in_flight)
+        yield GaugeMetricFamily(ns + "held_bytes", "bytes of chunks evicted but still held by responses being sent",
+                                value=c.held)
         yield GaugeMetricFamily(ns + "buffer_limit_bytes", "remote.fetch.max.memory.bytes", value=c.capacity)
         for name, value, doc in (("chunk_hits", c.hits, "reads of a chunk already held"),
                                  ("chunk_waits", c.waits, "reads of a chunk still on its way (read ahead)"),
@@ -177,15 +181,19 @@ class RemoteLogManager(RemoteLogReader):
         self._expiration_slots = asyncio.Semaphore(
             max(1, config.get_int("remote.log.manager.expiration.thread.pool.size")))
         self._chunks = ChunkCache(config.get_int("remote.fetch.max.memory.bytes"))
-        self._ranged = RangedReads(self._chunks, self.rsm.gets, self.chunk_size, self.prefetch_chunks)
+        self._ranged = RangedReads(self._chunks, self.rsm.gets, self.chunk_size, self.prefetch_chunks,
+                                   readers=lambda: self._reads_under_way)
         self._indexes = _LruFutures(config.get_int("remote.log.index.file.cache.total.size.bytes"),
                                     lambda idx: idx.size)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = RemoteStorageMetrics(self.registry)
         self._pending_reads = 0
         self._active_reads = 0
+        self._waiting_reads = 0
+        self._reads_under_way = 0      # read tasks started and not ended (they share the read-ahead budget)
         self.metrics.reader_queue.set_function(lambda: self._pending_reads)
         self.metrics.reader_active.set_function(lambda: self._active_reads)
+        self.metrics.reader_waiting.set_function(lambda: self._waiting_reads)
         self.rsm.gets.listener = lambda nbytes, seconds: self.metrics.get_time.observe(seconds)
         self.registry.register(_ChunkCacheCollector(self._chunks))
         self.tasks: dict[tuple[str, int], _PartitionTask] = {}

@@ -28,6 +28,7 @@ from storage.tiered.remote_log_metadata import (RemoteLogSegmentMetadata, Remote
 from storage.tiered.remote_storage_manager import IndexType
 
 S = RemoteLogSegmentState
+TXN_INDEXES_AHEAD = 8      # transaction indexes of later segments requested at once by a read_committed fetch
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 
@@ -121,6 +122,38 @@ class _LruFutures:
                 self.bytes -= self.sizeof(fut.result())
 
 
+class _ReaderSlot:
+    """A read task's slot in the reader pool (`remote.log.reader.threads`). Kafka's reader threads block on the store;
+    here the slot is given back while the task waits for a GET, so the pool bounds the reads working, not those
+    waiting (the memory budget bounds the GETs), and many partitions' reads wait on the store at once."""
+    __slots__ = ("rlm", "held")
+
+    def __init__(self, rlm):
+        self.rlm, self.held = rlm, False
+
+    async def acquire(self) -> None:
+        await self.rlm._reader_slots.acquire()
+        self.held = True
+        self.rlm._active_reads += 1
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.rlm._active_reads -= 1
+            self.rlm._reader_slots.release()
+
+    async def wait(self, fut: asyncio.Future):
+        """`fut`'s result, with the slot given back meanwhile (not taken again if the task is cancelled)."""
+        self.release()
+        self.rlm._waiting_reads += 1
+        try:
+            result = await asyncio.shield(fut)
+        finally:
+            self.rlm._waiting_reads -= 1
+        await self.acquire()
+        return result
+
+
 class RemoteLogReader:
     """Fetch reads and ListOffsets lookups below the local log start, for RemoteLogManager."""
 
@@ -175,16 +208,20 @@ class RemoteLogReader:
 
     async def _read_task(self, tip, lg, offset, max_bytes, min_one, progress=None):
         topic = tip.topic
+        slot = _ReaderSlot(self)
         self._pending_reads += 1
+        self._reads_under_way += 1
         try:
-            await self._reader_slots.acquire()
+            await slot.acquire()
+        except BaseException:
+            self._reads_under_way -= 1
+            raise
         finally:
             self._pending_reads -= 1
-        self._active_reads += 1
         t0 = time.monotonic()
         try:
             self.metrics.fetch_requests.labels(topic).inc()
-            views = await self.read(tip, lg, offset, max_bytes, min_one, progress)
+            views = await self.read(tip, lg, offset, max_bytes, min_one, progress, slot)
             self.metrics.fetch_bytes.labels(topic).inc(sum(len(v) for v in views))
             return views
         except OffsetOutOfRangeError:
@@ -195,8 +232,8 @@ class RemoteLogReader:
             self.metrics.fetch_errors.labels(topic).inc()
             raise
         finally:
-            self._active_reads -= 1
-            self._reader_slots.release()
+            self._reads_under_way -= 1
+            slot.release()
             self.metrics.reader_time.observe(time.monotonic() - t0)
 
     def segment_for_offset(self, tip, lg, offset: int) -> RemoteLogSegmentMetadata | None:
@@ -217,17 +254,20 @@ class RemoteLogReader:
         return best
 
     async def read(self, tip, lg, offset: int, max_bytes: int, min_one: bool,
-                   progress: list | None = None) -> list[memoryview]:
+                   progress: list | None = None, slot: _ReaderSlot | None = None) -> list[memoryview]:
         """Kafka's RemoteLogManager.read: whole batches from the remote segment holding `offset`, at most
         max_bytes (the first batch whatever its size with min_one). Zero-copy slices of cached chunks. `progress`
-        (the list returned) holds the whole batches read so far at any time."""
+        (the list returned) holds the whole batches read so far at any time; `slot`, the reader pool's slot the
+        read holds, is given back while it waits for the store."""
         md = self.segment_for_offset(tip, lg, offset)
         if md is None:
             raise OffsetOutOfRangeError(f"offset {offset} of {tip} is not in the remote tier")
+        wait = slot.wait if slot is not None else None
         for _ in range(1000):
-            idx = await self._index(md)
+            idx = self._index(md)
+            idx = await (wait(idx) if wait is not None and not idx.done() else idx)
             views = await self._read_batches(md, idx.position_for(offset), offset, max_bytes, min_one,
-                                             progress if progress is not None else [])
+                                             progress if progress is not None else [], wait)
             if views:
                 return views
             md = self._next_segment(tip, md)     # nothing at/after offset in this segment (e.g. compacted away)
@@ -243,12 +283,15 @@ class RemoteLogReader:
         tip = self.tip_of(topic, partition)
         out: list[AbortedTxn] = []
         md = self.segment_for_offset(tip, lg, start) if tip is not None else None
-        while md is not None:        # a transaction's entry is in its marker's segment, which may come later
-            found, complete = collect_aborted((await self._txn_index(md)).entries, start, upper)
+        ahead = [md] if md is not None else []      # segments whose index GETs were started, in order
+        while ahead:                 # a transaction's entry is in its marker's segment, which may come later
+            while len(ahead) < TXN_INDEXES_AHEAD and (nxt := self._next_segment(tip, ahead[-1])) is not None:
+                ahead.append(nxt)    # their GETs at once, not one store round trip after another
+                self._txn_index(nxt)
+            found, complete = collect_aborted((await self._txn_index(ahead.pop(0))).entries, start, upper)
             out += found
             if complete:
                 return out               # no later entry can overlap (Kafka's TxnIndexSearchResult)
-            md = self._next_segment(tip, md)
         seen = set(out)                  # a segment both uploaded and still local has its entries in both places
         return out + [e for e in lg.collect_aborted_transactions(start, upper) if e not in seen]
 
@@ -281,34 +324,57 @@ class RemoteLogReader:
         return RangedObject((md.tip, md.segment_id.id), md.segment_size_in_bytes,
                             lambda start, end: self.rsm.fetch_log_segment(md, start, end), after)
 
-    async def _range(self, md, start: int, end: int, cur: list) -> list[memoryview]:
-        """Views covering [start, end) of the segment; `cur` keeps the last chunk between calls."""
+    async def _range(self, md, start: int, end: int, cur: list, wait=None) -> list[memoryview]:
+        """Views covering [start, end) of the segment; `cur` keeps the last chunk between calls; `wait` as for
+        RangedReads.range."""
         try:
-            return await self._ranged.range(self._object(md), start, end, cur)
+            return await self._ranged.range(self._object(md), start, end, cur, wait)
         except ValueError as e:
             raise RemoteStorageException(f"{md.segment_id} is shorter than its metadata says: {e}") from None
 
     async def _read_batches(self, md, pos: int, offset: int, max_bytes: int, min_one: bool,
-                            out: list[memoryview]) -> list[memoryview]:
-        """Whole batches from `pos`, appended to `out` one batch at a time (after all of its bytes arrived)."""
+                            out: list[memoryview], wait=None) -> list[memoryview]:
+        """Whole batches from `pos`, appended to `out` (only ever whole batches, whose bytes all arrived). Batches
+        lying in the chunk at hand go out as one view per run, not one per batch: a response of many small views
+        costs the socket's writelines more than the batches' bytes do. A run is appended before the reader waits
+        for the next chunk, so that `out` has what was read when a Fetch stops waiting."""
         size = md.segment_size_in_bytes
         cur = [-1, None]
         total = 0
+        run = pos                                   # [run, pos): whole batches read and not appended yet
+
+        def in_chunk(end: int) -> bool:             # [pos, end) lies in the chunk at hand
+            if cur[1] is None:
+                return False
+            base = cur[0][0] * cur[0][1]
+            return base <= pos and end <= base + len(cur[1])
+
         while pos + HEADER_SIZE <= size:
-            h = read_header(b"".join(await self._range(md, pos, pos + HEADER_SIZE, cur)), 0)
+            if run < pos and not in_chunk(pos + HEADER_SIZE):
+                out.extend(await self._range(md, run, pos, cur, wait))
+                run = pos
+            head = await self._range(md, pos, pos + HEADER_SIZE, cur, wait)
+            h = read_header(head[0] if len(head) == 1 else b"".join(head), 0)
             bsize = h.size
             if h.batch_length <= 0 or pos + bsize > size:
                 raise RemoteStorageException(f"corrupt batch at position {pos} of {md.segment_id}")
             if h.last_offset < offset:
                 pos += bsize
+                run = pos
                 continue
-            if total + bsize > max_bytes and not (min_one and not out):
+            if total + bsize > max_bytes and not (min_one and total == 0 and not out):
                 break
-            out.extend(await self._range(md, pos, pos + bsize, cur))     # at once: `out` holds whole batches
+            if not in_chunk(pos + bsize):           # it goes on in the next chunk: the run first, then all of it
+                if run < pos:
+                    out.extend(await self._range(md, run, pos, cur, wait))
+                out.extend(await self._range(md, pos, pos + bsize, cur, wait))
+                run = pos + bsize
             total += bsize
             pos += bsize
             if total >= max_bytes:
                 break
+        if run < pos:
+            out.extend(await self._range(md, run, pos, cur, wait))
         return out
 
     # ---- ListOffsets ----------------------------------------------------------------------------------------------

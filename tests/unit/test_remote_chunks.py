@@ -76,8 +76,8 @@ async def test_read_ahead_stays_within_the_budget_and_unread_evictions_count_as_
     await read("f", 150)                     # 550 bytes: chunks already read go first (a, then d), none unread
     assert not cache.contains("a") and not cache.contains("d") and cache.contains("b") and cache.contains("c")
     assert cache.bytes == 350 and cache.wasted_bytes == 0
-    await read("g", 300)                     # 650: f (read) goes, then b (unread, the older): waste
-    assert not cache.contains("f") and not cache.contains("b") and cache.contains("c")
+    await read("g", 300)                     # 650: f (read) goes, then c (unread, the furthest ahead): waste
+    assert not cache.contains("f") and not cache.contains("c") and cache.contains("b")
     assert cache.wasted_bytes == 100 and cache.unread_ahead == 100 and cache.bytes == 400
 
 
@@ -123,20 +123,24 @@ class _CountingStore(FaultyObjectStore):
     def __init__(self, cache_of, **faults):
         super().__init__(MemoryStore(), 1, **faults)
         self.cache_of, self.now, self.most, self.ranges, self.over_budget = cache_of, 0, 0, [], []
+        self.now_bytes = self.most_bytes = 0
 
     async def get(self, key, start=0, end=None):
         if not key.endswith(".log"):
             return await super().get(key, start, end)
         cache = self.cache_of()
-        if cache.in_flight + cache.unread_ahead > cache.capacity + (end - start):
-            self.over_budget.append((cache.in_flight, cache.unread_ahead))
+        if cache.started + cache.unread_ahead > cache.capacity + (end - start):
+            self.over_budget.append((cache.started, cache.unread_ahead))
         self.now += 1
+        self.now_bytes += end - start
         self.most = max(self.most, self.now)
+        self.most_bytes = max(self.most_bytes, self.now_bytes)
         self.ranges.append((start, end))
         try:
             return await super().get(key, start, end)
         finally:
             self.now -= 1
+            self.now_bytes -= end - start
 
 
 class _Reader(RemoteLogReader):
@@ -145,7 +149,8 @@ class _Reader(RemoteLogReader):
     def __init__(self, store, budget: int, chunk_size: int = 4 * MiB, window: int = 2):
         self.rsm = RemoteStorageManager(store)
         self._chunks = ChunkCache(budget)
-        self._ranged = RangedReads(self._chunks, self.rsm.gets, chunk_size, window)
+        self.reads = 0                   # reads under way, as the broker's read tasks count them
+        self._ranged = RangedReads(self._chunks, self.rsm.gets, chunk_size, window, readers=lambda: self.reads)
 
     def _next_segment(self, tip, md):
         return None
@@ -162,8 +167,13 @@ async def _segment(store, size: int) -> tuple[RemoteLogSegmentMetadata, bytes]:
 async def _read_all(reader, md, step: int = 1 << 20) -> bytes:
     cur = [-1, None]
     out = []
-    for pos in range(0, md.segment_size_in_bytes, step):
-        out += await reader._range(md, pos, min(pos + step, md.segment_size_in_bytes), cur)
+    reader.reads += 1
+    try:
+        for pos in range(0, md.segment_size_in_bytes, step):
+            # copied out, as a response that was sent: views still held would count against the budget
+            out.append(b"".join(await reader._range(md, pos, min(pos + step, md.segment_size_in_bytes), cur)))
+    finally:
+        reader.reads -= 1
     return b"".join(out)
 
 
@@ -182,10 +192,26 @@ async def test_a_sequential_reader_keeps_several_gets_in_flight_within_the_budge
 
 async def test_a_small_budget_holds_the_read_ahead_back():
     store = _CountingStore(lambda: reader._chunks, get_latency_ms=30, get_bandwidth_mb_s=80)
-    reader = _Reader(store, budget=8 * MiB)                 # two 4 MiB chunks
+    reader = _Reader(store, budget=8 * MiB)                 # 6 MiB for read-ahead: 1 MiB chunks, not the 4 configured
     md, data = await _segment(store, 24 * MiB)
     assert await _read_all(reader, md) == data
-    assert store.most <= 3 and not store.over_budget       # two ahead at most, plus the reader's own chunk
+    assert {e - s for s, e in store.ranges} == {1 * MiB}
+    assert store.most_bytes <= 6 * MiB and not store.over_budget     # five ahead at most, plus the reader's own
+
+
+async def test_readers_of_many_objects_share_the_budget_with_smaller_chunks():
+    """32 segments read at once (a consumer catching up on 32 partitions): each object's chunks and window fit its
+    share of the read-ahead budget, so their read-ahead does not evict each other's (no waste, each byte once)."""
+    store = _CountingStore(lambda: reader._chunks, get_latency_ms=30, get_bandwidth_mb_s=80)
+    reader = _Reader(store, budget=48 * MiB)
+    segments = [await _segment(store, 3 * MiB) for _ in range(32)]
+    reader.reads = 32                # a Fetch started the 32 reads before the first of them asks for a chunk
+    got = await asyncio.gather(*(_read_all(reader, md, step=256 << 10) for md, _ in segments))
+    assert got == [data for _, data in segments]
+    assert not store.over_budget and store.most_bytes <= 48 * MiB
+    assert sum(e - s for s, e in store.ranges) == 32 * 3 * MiB, "a byte was fetched twice (or not at all)"
+    assert reader._chunks.wasted_bytes == 0
+    assert max(e - s for s, e in store.ranges) <= 1 * MiB        # 36 MiB / 32 readers or more / 6, rounded down
 
 
 async def test_the_chunk_size_follows_the_store_once_it_is_known():

@@ -1,0 +1,199 @@
+"""How remote reads share the broker (issue 27, storage/tiered/remote_chunks.py and remote_log_reader.py): a read
+waiting for the store gives its reader slot back, a reader's own GET waits while GETs under way fill the memory
+budget, chunks evicted while responses still hold them count against the budget, a read-ahead window longer than a
+segment goes on into the following ones, a read's whole batches go out as one view per chunk, and a read_committed
+fetch asks for the transaction indexes of later segments at once."""
+from __future__ import annotations
+
+import asyncio
+import gc
+
+from storage.tiered.remote_chunks import ChunkCache, GetEstimate, RangedObject, RangedReads
+from test_remote_chunks import _GatedStore
+from test_remote_log_manager import VALUE, Broker, offsets
+
+MiB = 1 << 20
+
+
+async def test_a_reader_gives_its_slot_back_while_it_waits_for_the_store(tmp_path):
+    """With remote.log.reader.threads=1, a read of one partition waiting on a slow GET does not keep the read of
+    another partition from starting its own GET (Kafka's reader threads would block; here only working holds a
+    slot), and both complete once the store answers."""
+    b = Broker(tmp_path, **{"remote.log.reader.threads": "1", "remote.log.reader.chunk.size.bytes": "4096"})
+    try:
+        parts = [b.create(t, remote_storage_enable="true", segment_bytes=20 * (VALUE + 80), local_retention_bytes=1)
+                 for t in ("a", "c")]
+        for p, t in zip(parts, ("a", "c")):
+            b.produce(p, 25)
+            await b.rlm.run_once(t, 0)
+        store = b.rlm.rsm.store = _GatedStore(b.rlm.rsm.store)
+        b.rlm.rsm._root = None
+        started = []
+        inner_get = store.get
+
+        async def get(key, start=0, end=None):
+            if key.endswith(".log"):
+                started.append(key.split("/")[0])
+                await store.gate.wait()               # every chunk GET is held, the first one too
+            return await inner_get(key, start, end)
+        store.get = get
+        tasks = [b.rlm.remote_read(t, 0, p.log, 0, 1 << 20, True) for t, p in zip(("a", "c"), parts)]
+        for _ in range(200):
+            if {k[:1] for k in started} >= {"a", "c"}:
+                break
+            await asyncio.sleep(0.01)
+        assert {k[:1] for k in started} >= {"a", "c"}, started       # both reads reached the store
+        assert b.rlm._active_reads == 0 and b.rlm._waiting_reads == 2
+        store.gate.set()
+        done, _ = await asyncio.wait(tasks, timeout=10)
+        assert len(done) == 2
+        for t, p, task in zip(("a", "c"), parts, tasks):
+            views, error = p.remote_read_result(0, task)
+            assert error == 0 and offsets([b"".join(views)]) == list(range(20))
+        assert b.rlm._active_reads == 0 and b.rlm._waiting_reads == 0 and b.rlm._reads_under_way == 0
+    finally:
+        await b.close()
+
+
+async def test_a_readers_own_get_waits_while_gets_under_way_fill_the_budget():
+    cache = ChunkCache(capacity=100)
+    gates = {k: asyncio.Event() for k in "abc"}
+    started = []
+
+    def fetch(k, n):
+        async def go():
+            started.append(k)
+            await gates[k].wait()
+            return b"x" * n
+        return go
+    fa, _ = cache.get("a", 60, fetch("a", 60))
+    fb, _ = cache.get("b", 60, fetch("b", 60))        # 120 > 100: waits for room
+    fc, _ = cache.get("c", 30, fetch("c", 30))        # behind b, in order, though it would fit
+    await asyncio.sleep(0.01)
+    assert started == ["a"] and cache.started == 60
+    gates["a"].set()
+    await fa
+    await asyncio.sleep(0.01)
+    assert started == ["a", "b", "c"] and cache.started == 90
+    fb.cancel()                                        # a reader that goes away ends its GET and its reservation
+    await asyncio.sleep(0.01)
+    assert cache.started == 30
+    gates["c"].set()
+    assert await fc == b"x" * 30
+    assert cache.started == 0 and not cache._room
+
+
+async def test_a_get_cancelled_while_waiting_for_room_leaves_no_reservation():
+    cache = ChunkCache(capacity=100)
+    gate = asyncio.Event()
+
+    async def slow():
+        await gate.wait()
+        return b"x" * 80
+
+    async def quick():
+        return b"y" * 80
+    fa, _ = cache.get("a", 80, slow)
+    fb, _ = cache.get("b", 80, quick)
+    await asyncio.sleep(0.01)
+    fb.cancel()
+    await asyncio.sleep(0.01)
+    assert not cache._room and cache.started == 80
+    gate.set()
+    await fa
+    fc, _ = cache.get("c", 80, quick)                 # room again: it starts at once
+    assert await fc == b"y" * 80 and cache.started == 0
+
+
+async def test_evicted_chunks_still_held_by_responses_count_against_the_budget():
+    cache = ChunkCache(capacity=400)
+
+    def fetch(n):
+        async def go():
+            return bytes(n)
+        return go
+    view = None
+    for k in range(5):                               # the fifth pushes the first two out
+        fut, _ = cache.get(k, 100, fetch(100))
+        data = await fut
+        if k == 0:
+            view = memoryview(data)[10:20]           # a response still being sent
+        del data
+        await asyncio.sleep(0)
+    fut = None
+    gc.collect()
+    assert not cache.contains(0) and cache.held == 100
+    assert not cache.room_ahead(250)                 # 100 held + 250 > 300
+    fut, _ = cache.get(5, 100, fetch(100))
+    await fut
+    await asyncio.sleep(0)
+    assert cache.bytes + cache.held <= 400           # eviction made room for what responses hold
+    del view
+    assert cache.held == 0 and cache.room_ahead(250)
+
+
+async def test_a_window_longer_than_an_object_reads_ahead_into_the_ones_after_it():
+    """Segments of two chunks read with a window of six: the read-ahead reaches three segments ahead, not one."""
+    got: list[tuple[int, int]] = []
+    objs: dict[int, RangedObject] = {}
+
+    def obj(n: int) -> RangedObject:
+        async def fetch(start, end, n=n):
+            got.append((n, start))
+            return b"x" * (end - start)
+
+        def after(window, count, n=n):
+            if n + 1 < 10:
+                reads.start(objs.setdefault(n + 1, obj(n + 1)), window, count)
+        return RangedObject(("seg", n), 2 * MiB, fetch, after)
+    reads = RangedReads(ChunkCache(64 * MiB), GetEstimate(), MiB, 6)
+    objs[0] = obj(0)
+    await reads.chunk(objs[0], 0)
+    await asyncio.sleep(0.01)
+    assert {n for n, _ in got} == {0, 1, 2, 3}        # chunk 0's window (1..6) spans segments 0-3
+    assert len(got) == 7
+    await reads.close()
+
+
+async def test_a_reads_whole_batches_go_out_as_one_view_per_chunk(tmp_path):
+    b = Broker(tmp_path, **{"remote.log.reader.chunk.size.bytes": str(8 * (VALUE + 80))})
+    try:
+        part = b.create("t", remote_storage_enable="true", segment_bytes=20 * (VALUE + 80), local_retention_bytes=1)
+        b.produce(part, 25)
+        await b.rlm.run_once("t", 0)
+        b.rlm.rsm._root = None                        # GETs of chunks, not the local store's mapping
+        task = b.rlm.remote_read("t", 0, part.log, 0, 1 << 20, True)
+        await asyncio.wait({task}, timeout=10)
+        views, error = part.remote_read_result(0, task)
+        assert error == 0 and offsets([b"".join(views)]) == list(range(20))
+        assert len(views) <= 3 + 2 * 2, len(views)    # 20 batches, 3 chunks: a run each, two batches split in two
+    finally:
+        await b.close()
+
+
+async def test_a_read_committed_fetch_asks_for_later_transaction_indexes_at_once(tmp_path):
+    """Finding the aborted transactions of a remote read walks the later segments' transaction indexes (an entry is
+    in its marker's segment): their GETs go out together, not one store round trip after another."""
+    b = Broker(tmp_path)
+    try:
+        part = b.create("t", remote_storage_enable="true", segment_bytes=3 * (VALUE + 80), local_retention_bytes=1)
+        b.produce(part, 16)                           # five segments of three and an active one
+        await b.rlm.run_once("t", 0)
+        store = b.rlm.rsm.store = _GatedStore(b.rlm.rsm.store)
+        b.rlm.rsm._root = None
+        asked = []
+        inner_get = store.get
+
+        async def get(key, start=0, end=None):
+            if key.endswith(".txnindex"):
+                asked.append(key)
+                await store.gate.wait()
+            return await inner_get(key, start, end)
+        store.get = get
+        task = asyncio.ensure_future(b.rlm.collect_aborted_transactions("t", 0, part.log, 0, 3))
+        await asyncio.sleep(0.05)
+        assert len(asked) == 5                        # every tiered segment's, while the first is still held
+        store.gate.set()
+        assert await asyncio.wait_for(task, 10) == []
+    finally:
+        await b.close()
