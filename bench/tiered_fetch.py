@@ -78,20 +78,25 @@ class Broker(pf.BrokerProc):
 
 
 READER = ("strata_remote_log_reader_get_time_seconds_count", "strata_remote_log_reader_read_ahead_bytes_total",
-          "strata_remote_log_reader_read_ahead_wasted_bytes_total")
+          "strata_remote_log_reader_read_ahead_wasted_bytes_total", "strata_remote_log_reader_memory_peak_bytes")
 
 
 def reader_figures(b: Broker) -> dict:
-    return dict(zip(("gets", "ahead", "wasted"), (b.metric(m) for m in READER)))
+    """The remote reader's counters; `chunk_peak` is the most its chunks took since the broker started (the remote
+    phases are the only ones that use it)."""
+    return dict(zip(("gets", "ahead", "wasted", "chunk_peak"), (b.metric(m) for m in READER)))
 
 
 def print_reader_metrics(b: Broker) -> None:
-    """The remote reader's metrics as the broker shows them (--verbose: what limited a run)."""
+    """The remote reader's metrics and the Fetch time histogram as the broker shows them after a phase (--verbose:
+    what limited a run; the counters are the broker's totals so far)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=5).read().decode()
     for line in text.splitlines():
-        if line.startswith(("strata_remote_log_reader", "kafka_storage_remotestoragethreadpool",
-                            "kafka_server_delayedremotefetchmetrics", "kafka_log_remote_remote_log_reader")) \
-                and "_created" not in line or 'time_seconds_bucket{le' in line and 'request="Fetch"' in line:
+        reader = line.startswith(("strata_remote_log_reader", "kafka_storage_remotestoragethreadpool",
+                                  "kafka_server_delayedremotefetchmetrics", "kafka_log_remote_remote_log_reader"))
+        fetch_time = line.startswith("kafka_network_requestmetrics_total_time_seconds_bucket") and \
+            'request="Fetch"' in line
+        if (reader and "_created" not in line) or fetch_time:
             print("   ", line)
 
 
@@ -222,6 +227,7 @@ def run_store(kind: str, args, moto=None, partitions: int = 1) -> dict:
                     r["gets_per_gb"] = (reader1["gets"] - reader0["gets"]) / (fetched / 1e9)
                     r["wasted_mib"] = (reader1["wasted"] - reader0["wasted"]) / MiB
                     r["ahead_mib"] = (reader1["ahead"] - reader0["ahead"]) / MiB
+                    r["chunk_peak_mib"] = reader1["chunk_peak"] / MiB
                 if args.verbose:
                     print_reader_metrics(b)
                 res[topic] = r
@@ -232,7 +238,7 @@ def run_store(kind: str, args, moto=None, partitions: int = 1) -> dict:
         for topic in ("local", "remote"):
             out[f"{topic}_mb_s"] = statistics.median(r[topic]["mb_s"] for r in rounds)
             out[f"{topic}_cpu"] = statistics.median(r[topic]["broker_cpu_ms_per_mb"] for r in rounds)
-        for key in ("gets_per_gb", "wasted_mib", "ahead_mib"):
+        for key in ("gets_per_gb", "wasted_mib", "ahead_mib", "chunk_peak_mib"):
             out[key] = statistics.median(r["remote"][key] for r in rounds)
         out["rss_mib"] = max(r[t]["rss_mib"] for r in rounds for t in ("local", "remote"))
         out["ratio"] = out["remote_mb_s"] / out["local_mb_s"]
@@ -314,6 +320,7 @@ def tail_phase(b: Broker, args, catch_up_consumers: int) -> dict:
     reader.join()
     consumer.close()
     peak = rss.stop()
+    chunk_peak = reader_figures(b)["chunk_peak"] / MiB
     caught_up = sum(results.get(timeout=60) for _ in workers)
     for w in workers:
         w.join(60)
@@ -322,7 +329,7 @@ def tail_phase(b: Broker, args, catch_up_consumers: int) -> dict:
     lat.sort()
     return {"consumers": catch_up_consumers, "p50_ms": 1000 * pf.percentile(lat, 0.5),
             "p99_ms": 1000 * pf.percentile(lat, 0.99), "catch_up_mb_s": caught_up / (args.tail_seconds + 5) / MB,
-            "rss_mib": peak}
+            "rss_mib": peak, "chunk_peak_mib": chunk_peak}
 
 
 def run_tail(args) -> dict:
@@ -341,7 +348,8 @@ def run_tail(args) -> dict:
             pf.wait_for_quiet(args.settle)
             r = tail_phase(b, args, consumers)
             print(f"[tail] {consumers} catch-up consumers: tail p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
-                  f"catch-up {r['catch_up_mb_s']:.0f} MB/s, broker RSS {r['rss_mib']:.0f} MiB", flush=True)
+                  f"catch-up {r['catch_up_mb_s']:.0f} MB/s, broker RSS {r['rss_mib']:.0f} MiB, chunks at most "
+                  f"{r['chunk_peak_mib']:.0f} MiB", flush=True)
             phases.append(r)
         check_log(b.stop())
     finally:
@@ -365,13 +373,15 @@ def results_block(results: list[dict], tail: dict | None, args, wall: float) -> 
              f"librdkafka {m.get('librdkafka', '?')}. remote.fetch.max.memory.bytes = "
              f"{args.broker_config.get('remote.fetch.max.memory.bytes', '256 MiB (the default)')}.", "",
              "| Store | Partitions | Data | Offload MB/s | Local fetch MB/s | Remote fetch MB/s | Remote / local | "
-             "Broker CPU ms/MB local / remote | GETs per GB | Read ahead / never read MiB | Peak broker RssAnon MiB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "Broker CPU ms/MB local / remote | GETs per GB | Read ahead / never read MiB | Peak chunk memory MiB | "
+             "Peak broker RssAnon MiB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         lines.append(f"| {STORES[r['kind']]} | {r['partitions']} | {r['mib']:.0f} MiB ({r['messages']} x {r['size']} B) "
                      f"| {r['offload_mb_s']:.0f} | {r['local_mb_s']:.0f} | {r['remote_mb_s']:.0f} | "
                      f"{r['ratio']:.2f} | {r['local_cpu']:.2f} / {r['remote_cpu']:.2f} | {r['gets_per_gb']:.0f} | "
-                     f"{r['ahead_mib']:.0f} / {r['wasted_mib']:.0f} | {r['rss_mib']:.0f} |")
+                     f"{r['ahead_mib']:.0f} / {r['wasted_mib']:.0f} | {r['chunk_peak_mib']:.0f} | "
+                     f"{r['rss_mib']:.0f} |")
     lines.append("")
     for r in results:
         if r["kind"] == "slow":
@@ -385,11 +395,12 @@ def results_block(results: list[dict], tail: dict | None, args, wall: float) -> 
                       f"({tail['mib']:.0f} MiB, 30 ms + 80 MB/s per GET): one consumer at the tail of a local topic "
                       f"receiving {args.tail_rate} records/s of {args.tail_size} B for {args.tail_seconds} s, "
                       f"produce-to-consume latency.", "",
-                  "| Catch-up consumers | Tail p50 ms | Tail p99 ms | Catch-up MB/s | Peak broker RssAnon MiB |",
-                  "| --- | --- | --- | --- | --- |"]
+                  "| Catch-up consumers | Tail p50 ms | Tail p99 ms | Catch-up MB/s | Peak chunk memory MiB | "
+                  "Peak broker RssAnon MiB |",
+                  "| --- | --- | --- | --- | --- | --- |"]
         for ph in tail["phases"]:
             lines.append(f"| {ph['consumers']} | {ph['p50_ms']:.1f} | {ph['p99_ms']:.1f} | {ph['catch_up_mb_s']:.0f} | "
-                         f"{ph['rss_mib']:.0f} |")
+                         f"{ph['chunk_peak_mib']:.0f} | {ph['rss_mib']:.0f} |")
         ok = "meets" if ratio <= TAIL_TARGET else "misses"
         lines += ["", f"Tail p99 with catch-up / without: {ratio:.2f} ({ok} the {TAIL_TARGET} target)."]
     lines += ["", "<details><summary>Every round</summary>", "",

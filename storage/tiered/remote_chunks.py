@@ -106,6 +106,7 @@ class _Chunk:
     done: bool = False
     used: float = 0.0          # monotonic time it was requested or last read
     passed: bool = False       # a sequential reader has moved on to the next chunk
+    started: bool = False      # its GET was sent (counted in ChunkCache.started until its answer is in `bytes`)
 
 
 class ChunkCache:
@@ -122,15 +123,19 @@ class ChunkCache:
         self.ahead_bytes = self.wasted_bytes = 0
         self.pending: set[asyncio.Future] = set()   # GETs not answered yet, held or dropped (close() ends them)
         self.started = 0            # bytes of GETs under way (a reader's own GET waits while these fill the budget)
-        self._room: deque[tuple[int, asyncio.Future]] = deque()     # readers' GETs waiting for room, in order
+        self._room: deque[tuple[_Chunk, asyncio.Future]] = deque()  # readers' GETs waiting for room, in order
         self._released: list[tuple[bytes, int]] = []   # evicted chunks that views (responses) still hold
+
+        self.peak = 0               # the most memory() has been
+        self._held = 0              # `held` when last computed
 
     @property
     def held(self) -> int:
         """Bytes of evicted chunks still alive because views of them (a response being sent) hold them."""
         # a chunk referenced only by this list's tuple, the loop variable and getrefcount's argument is free
         self._released = [(d, n) for d, n in self._released if sys.getrefcount(d) > 3]
-        return sum(n for _, n in self._released)
+        self._held = sum(n for _, n in self._released)
+        return self._held
 
     def contains(self, key) -> bool:
         return key in self.entries
@@ -218,7 +223,8 @@ class ChunkCache:
         """Request a chunk; `gate` (a reader's own chunk, or the one it reads next) waits while the GETs under way
         take the budget, other read-ahead was admitted by room_ahead."""
         gate = not ahead if gate is None else gate
-        e = _Chunk(asyncio.ensure_future(self._get(size, make, wait=gate)), size, ahead, used=time.monotonic())
+        e = _Chunk(None, size, ahead, used=time.monotonic())
+        e.future = asyncio.ensure_future(self._get(e, make, wait=gate))
         self.entries[key] = e
         self.pending.add(e.future)
         self.bytes += size
@@ -226,73 +232,88 @@ class ChunkCache:
         e.future.add_done_callback(lambda f, k=key, e=e: self._done(k, e))
         return e
 
-    async def _get(self, size: int, make, wait: bool):
-        """Run the GET `make()`, counted in `started`. A reader's own GET (`wait`) first waits, in order, while the
-        GETs under way would take it past the budget (read-ahead is kept within it by room_ahead instead)."""
-        if wait and (self._room or (self.started and self.started + size > self.capacity)):
+    async def _get(self, e: _Chunk, make, wait: bool):
+        """Run the GET `make()` for chunk `e`, counted in `started` from when it is sent until its answer is counted
+        as done (ChunkCache._done). A reader's own GET (`wait`) first waits, in order, while what is in memory and
+        under way leaves no room for it once done chunks are evicted (read-ahead is kept within the budget by
+        room_ahead instead)."""
+        if wait and self.started and (self._room or not self._fits(e.size)):
             turn = asyncio.get_running_loop().create_future()
-            self._room.append((size, turn))
+            self._room.append((e, turn))
             try:
-                await turn                    # _wake counted it in `started` when it gave the turn
+                await turn                    # _wake sent it: counted in `started`
             except BaseException:
-                if turn.done() and not turn.cancelled():
-                    self._ended(size)
-                else:
-                    if (size, turn) in self._room:
-                        self._room.remove((size, turn))
+                if (e, turn) in self._room:
+                    self._room.remove((e, turn))
                     self._wake()              # those behind it may fit now
                 raise
         else:
-            self.started += size
-        try:
-            return await make()
-        finally:
-            self._ended(size)
+            e.started = True
+            self.started += e.size
+            self._evict(None)                 # done chunks make room for what this GET brings
+        return await make()
 
-    def _ended(self, size: int) -> None:
-        self.started -= size
-        self._wake()
+    def _fits(self, size: int) -> bool:
+        """Whether a GET of `size` fits the budget beside what is in memory, once done chunks are evicted for it."""
+        self._evict(None, size)
+        return self.memory(self._held) + size <= self.capacity
 
     def _wake(self) -> None:
         while self._room:
-            size, turn = self._room[0]
-            if self.started and self.started + size > self.capacity:
+            e, turn = self._room[0]
+            if self.started and not self._fits(e.size):
                 return
             self._room.popleft()
             if not turn.done():
-                self.started += size
+                e.started = True
+                self.started += e.size
                 turn.set_result(None)
 
     def _done(self, key, e: _Chunk) -> None:
-        self.in_flight -= e.size
+        asked = e.size
+        self.in_flight -= asked
+        if e.started:
+            self.started -= asked             # from here its answer is counted in `bytes`, or gone
         self.pending.discard(e.future)
-        f = e.future
-        if f.cancelled() or f.exception() is not None:
-            if self.entries.get(key) is e:
-                del self.entries[key]
-                self.bytes -= e.size
-            return
-        got = len(f.result())
-        if self.entries.get(key) is not e:
-            return
-        self.bytes += got - e.size
-        e.size, e.done = got, True
-        if e.ahead:
-            self.unread_ahead += got
-        self._evict(key)
+        try:
+            f = e.future
+            if f.cancelled() or f.exception() is not None:
+                if self.entries.get(key) is e:
+                    del self.entries[key]
+                    self.bytes -= asked
+                return
+            got = len(f.result())
+            if self.entries.get(key) is not e:
+                return
+            self.bytes += got - asked
+            e.size, e.done = got, True
+            if e.ahead:
+                self.unread_ahead += got
+            self._evict(key)
+        finally:
+            if e.started:
+                self._wake()
 
-    def _evict(self, keep) -> None:
-        """Drop done chunks until the cache fits its capacity: those a sequential reader has moved past first, then
-        those read and maybe still being read (least recently used first), then those read ahead and not read yet
-        (prefetch waste), the furthest ahead first: the reader needs the nearest soonest."""
+    def _evict(self, keep, room: int = 0) -> None:
+        """Drop done chunks until memory() leaves `room` bytes of the budget: those a sequential reader has moved
+        past first, then those read and maybe still being read (least recently used first), then those read ahead
+        and not read yet (prefetch waste), the furthest ahead first: the reader needs the nearest soonest."""
         held = self.held
         for rank in (0, 1, 2):            # unread read-ahead: the latest requested (furthest ahead) first
+            if self.memory(held) + room <= self.capacity:
+                break
             for key in (list(self.entries) if rank < 2 else list(reversed(self.entries))):
-                if self.bytes + held <= self.capacity:
-                    return
+                if self.memory(held) + room <= self.capacity:
+                    break
                 e = self.entries[key]
                 if key != keep and e.done and rank == (2 if e.ahead else 0 if e.passed else 1):
                     self._forget(key, e)
+        self.peak = max(self.peak, self.memory(held))
+
+    def memory(self, held: int | None = None) -> int:
+        """Bytes the chunks take: those answered and held, evicted ones responses still hold, and GETs under way
+        (at their requested size: their answers arrive into memory), not GETs waiting for room."""
+        return self.bytes - self.in_flight + self.started + (self.held if held is None else held)
 
     def _forget(self, key, e: _Chunk) -> None:
         del self.entries[key]

@@ -116,6 +116,10 @@ class _ChunkCacheCollector:
                                 value=c.in_flight)
         yield GaugeMetricFamily(ns + "held_bytes", "bytes of chunks evicted but still held by responses being sent",
                                 value=c.held)
+        yield GaugeMetricFamily(ns + "memory_bytes", "memory remote segment chunks take: answered ones held or still "
+                                "held by responses, and GETs under way", value=c.memory())
+        yield GaugeMetricFamily(ns + "memory_peak_bytes", "the most memory_bytes has been since the broker started",
+                                value=c.peak)
         yield GaugeMetricFamily(ns + "buffer_limit_bytes", "remote.fetch.max.memory.bytes", value=c.capacity)
         for name, value, doc in (("chunk_hits", c.hits, "reads of a chunk already held"),
                                  ("chunk_waits", c.waits, "reads of a chunk still on its way (read ahead)"),
