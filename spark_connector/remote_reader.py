@@ -118,9 +118,11 @@ class RemoteReader:
             return None
         return AbortedFilter(found + overlapping(local, piece.start, piece.end))
 
-    def _object(self, key: str, size: int):
+    def _object(self, key: str, size: int, following: tuple = ()):
         """The .log object for the ranged reads; each GET is timed for the store estimate. A GET may come back short
-        (an object shorter than its metadata): the read then ends there and says so."""
+        (an object shorter than its metadata): the read then ends there and says so. When the read-ahead reaches past
+        its end it goes on with the segments of the `following` pieces read from their start (the task reads them
+        next), as the broker's reader goes on with the next segment."""
         from storage.tiered.remote_chunks import RangedObject
         store, estimate = self.client.store, self.reads.estimate
 
@@ -129,12 +131,18 @@ class RemoteReader:
             self.gets += 1
             self.bytes += len(data)
             return data
-        return RangedObject(key, size, fetch)
 
-    def read(self, piece: Piece, builder, ts_lo: int | None = None, txn: tuple | None = None) -> Iterator:
+        def after(window: int, count: int) -> None:
+            nxt = following[0] if following else None
+            if nxt is not None and nxt.key_prefix is not None and nxt.size >= 0 and nxt.start == nxt.segment_start:
+                self.reads.start(self._object(nxt.key_prefix + ".log", nxt.size, following[1:]), window, count)
+        return RangedObject(key, size, fetch, after)
+
+    def read(self, piece: Piece, builder, ts_lo: int | None = None, txn: tuple | None = None,
+             following: tuple = ()) -> Iterator:
         """Append the records of [piece.start, piece.end) to `builder`, yielding a RecordBatch whenever it is full.
         With `txn` (read_committed: the range's aborted transactions, see aborted()) records of aborted transactions
-        are left out."""
+        are left out. `following`: the pieces the task reads after this one (read ahead into, see _object)."""
         from storage.objectstore.object_store import ObjectNotFound
         aborted = None
         if txn is not None:
@@ -157,7 +165,7 @@ class RemoteReader:
                 self._gone(piece, builder, "its .log")
                 return
             size = info.size
-        obj = self._object(key, size)
+        obj = self._object(key, size, following)
         ra = self.client.on_loop(self.reads.read_ahead, key)
         cs = ra.chunk_size
         i, skip = divmod(position, cs)

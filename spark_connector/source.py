@@ -37,12 +37,12 @@ def read_range(opts: ReadOptions, part: OffsetRange) -> Iterator:
     if txn is None and opts.client.read_committed and any(p.key_prefix or p.wal for p in part.pieces):
         raise RuntimeError(f"{part!r} has direct pieces but no aborted transactions for read_committed")
     try:
-        for piece in part.pieces:
+        for k, piece in enumerate(part.pieces):
             if piece.key_prefix is not None and opts.direct_read:
                 if remote is None:
                     remote = RemoteReader(part.store, opts.chunk_bytes, opts.fail_on_data_loss,
                                           opts.read_memory_bytes)
-                yield from remote.read(piece, builder, part.ts_lo, txn)
+                yield from remote.read(piece, builder, part.ts_lo, txn, part.pieces[k + 1:])
             elif getattr(piece, "wal", ()) and opts.direct_read:
                 from spark_connector.wal_reader import WalReader
                 if wal is None:

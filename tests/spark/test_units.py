@@ -312,11 +312,11 @@ def _segment_objects(root, n_batches: int, per_batch: int, value_size: int) -> t
     return "seg", log, index
 
 
-def _read_piece(reader, start: int, end: int, size: int) -> list[int]:
+def _read_piece(reader, start: int, end: int, size: int, key: str = "seg", following: tuple = ()) -> list[int]:
     from spark_connector.planning import Piece
     builder = RowBuilder("t", 0, False)
     got = []
-    for batch in reader.read(Piece(start, end, "seg", 0, size), builder):
+    for batch in reader.read(Piece(start, end, key, 0, size), builder, following=following):
         got += batch.column("offset").to_pylist()
     last = builder.take()
     return got + (last.column("offset").to_pylist() if last is not None else [])
@@ -365,3 +365,33 @@ def test_direct_reads_report_a_truncated_or_empty_segment(tmp_path):
             _read_piece(reader, 0, 400, 0)
     finally:
         reader.close()
+
+
+def test_direct_reads_read_ahead_into_the_next_piece_of_the_task(tmp_path):
+    """Issue 27: a task that reads two remote segments one after the other has the second's first chunks requested
+    while it still reads the first (the read-ahead goes on past the object's end, as the broker's reader does), and
+    reads each byte of both once."""
+    import shutil
+    from spark_connector.planning import Piece
+    from spark_connector.remote_reader import RemoteReader
+    prefix, log, _ = _segment_objects(tmp_path, n_batches=100, per_batch=10, value_size=6000)   # ~6 MB, 0-999
+    shutil.copy(tmp_path / "seg.log", tmp_path / "seg2.log")      # the same batches again: offsets as in seg
+    reader = RemoteReader((f"file://{tmp_path}", {"faults": "get_latency_ms=30,get_bandwidth_mb_s=80"}),
+                          1 << 20, True, memory_bytes=64 << 20)
+    asked: list[str] = []
+    store = reader.client.store
+    inner_get = store.get
+
+    async def get(key, start=0, end=None):
+        asked.append(key)
+        return await inner_get(key, start, end)
+    store.get = get
+    second = Piece(0, 1000, "seg2", 0, len(log))
+    try:
+        assert _read_piece(reader, 0, 1000, len(log), following=(second,)) == list(range(1000))
+        assert "seg2.log" in asked, "nothing of the next piece was requested while the first was read"
+        assert _read_piece(reader, 0, 1000, len(log), key="seg2") == list(range(1000))
+        assert reader.bytes == 2 * len(log)                              # every byte of both once
+    finally:
+        reader.close()
+
