@@ -353,8 +353,11 @@ class RemoteLogReader:
             if run < pos and not in_chunk(pos + HEADER_SIZE):
                 out.extend(await self._range(md, run, pos, cur, wait))
                 run = pos
-            head = await self._range(md, pos, pos + HEADER_SIZE, cur, wait)
-            h = read_header(head[0] if len(head) == 1 else b"".join(head), 0)
+            if in_chunk(pos + HEADER_SIZE):         # most batches: the header is in the chunk at hand
+                h = read_header(cur[1], pos - cur[0][0] * cur[0][1])
+            else:
+                head = await self._range(md, pos, pos + HEADER_SIZE, cur, wait)
+                h = read_header(head[0] if len(head) == 1 else b"".join(head), 0)
             bsize = h.size
             if h.batch_length <= 0 or pos + bsize > size:
                 raise RemoteStorageException(f"corrupt batch at position {pos} of {md.segment_id}")
