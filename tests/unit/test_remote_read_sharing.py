@@ -15,6 +15,23 @@ from test_remote_log_manager import VALUE, Broker, offsets
 MiB = 1 << 20
 
 
+def _hold_gets(b, suffix: str) -> tuple[_GatedStore, list[str]]:
+    """The broker's remote store with every GET of a key ending in `suffix` held until `store.gate` is set (GETs,
+    not the local store's mapping), and the list of the keys asked for."""
+    store = b.rlm.rsm.store = _GatedStore(b.rlm.rsm.store)
+    b.rlm.rsm._root = None
+    asked: list[str] = []
+    inner_get = store.get
+
+    async def get(key, start=0, end=None):
+        if key.endswith(suffix):
+            asked.append(key)
+            await store.gate.wait()
+        return await inner_get(key, start, end)
+    store.get = get
+    return store, asked
+
+
 async def test_a_reader_gives_its_slot_back_while_it_waits_for_the_store(tmp_path):
     """With remote.log.reader.threads=1, a read of one partition waiting on a slow GET does not keep the read of
     another partition from starting its own GET (Kafka's reader threads would block; here only working holds a
@@ -26,23 +43,13 @@ async def test_a_reader_gives_its_slot_back_while_it_waits_for_the_store(tmp_pat
         for p, t in zip(parts, ("a", "c")):
             b.produce(p, 25)
             await b.rlm.run_once(t, 0)
-        store = b.rlm.rsm.store = _GatedStore(b.rlm.rsm.store)
-        b.rlm.rsm._root = None
-        started = []
-        inner_get = store.get
-
-        async def get(key, start=0, end=None):
-            if key.endswith(".log"):
-                started.append(key.split("/")[0])
-                await store.gate.wait()               # every chunk GET is held, the first one too
-            return await inner_get(key, start, end)
-        store.get = get
+        store, asked = _hold_gets(b, ".log")          # every chunk GET is held, the first one too
         tasks = [b.rlm.remote_read(t, 0, p.log, 0, 1 << 20, True) for t, p in zip(("a", "c"), parts)]
         for _ in range(200):
-            if {k[:1] for k in started} >= {"a", "c"}:
+            if {k[:1] for k in asked} >= {"a", "c"}:
                 break
             await asyncio.sleep(0.01)
-        assert {k[:1] for k in started} >= {"a", "c"}, started       # both reads reached the store
+        assert {k[:1] for k in asked} >= {"a", "c"}, asked           # both reads reached the store
         assert b.rlm._active_reads == 0 and b.rlm._waiting_reads == 2
         store.gate.set()
         done, _ = await asyncio.wait(tasks, timeout=10)
@@ -179,17 +186,7 @@ async def test_a_read_committed_fetch_asks_for_later_transaction_indexes_at_once
         part = b.create("t", remote_storage_enable="true", segment_bytes=3 * (VALUE + 80), local_retention_bytes=1)
         b.produce(part, 16)                           # five segments of three and an active one
         await b.rlm.run_once("t", 0)
-        store = b.rlm.rsm.store = _GatedStore(b.rlm.rsm.store)
-        b.rlm.rsm._root = None
-        asked = []
-        inner_get = store.get
-
-        async def get(key, start=0, end=None):
-            if key.endswith(".txnindex"):
-                asked.append(key)
-                await store.gate.wait()
-            return await inner_get(key, start, end)
-        store.get = get
+        store, asked = _hold_gets(b, ".txnindex")
         task = asyncio.ensure_future(b.rlm.collect_aborted_transactions("t", 0, part.log, 0, 3))
         await asyncio.sleep(0.05)
         assert len(asked) == 5                        # every tiered segment's, while the first is still held
