@@ -265,7 +265,10 @@ class RemoteLogReader:
         wait = slot.wait if slot is not None else None
         for _ in range(1000):
             idx = self._index(md)
-            idx = await (wait(idx) if wait is not None and not idx.done() else idx)
+            if not idx.done():                      # shared: a cancelled reader must not cancel it for others
+                idx = await (wait(idx) if wait is not None else asyncio.shield(idx))
+            else:
+                idx = idx.result()
             views = await self._read_batches(md, idx.position_for(offset), offset, max_bytes, min_one,
                                              progress if progress is not None else [], wait)
             if views:
@@ -288,7 +291,8 @@ class RemoteLogReader:
             while len(ahead) < TXN_INDEXES_AHEAD and (nxt := self._next_segment(tip, ahead[-1])) is not None:
                 ahead.append(nxt)    # their GETs at once, not one store round trip after another
                 self._txn_index(nxt)
-            found, complete = collect_aborted((await self._txn_index(ahead.pop(0))).entries, start, upper)
+            index = await asyncio.shield(self._txn_index(ahead.pop(0)))    # shared with other fetches
+            found, complete = collect_aborted(index.entries, start, upper)
             out += found
             if complete:
                 return out               # no later entry can overlap (Kafka's TxnIndexSearchResult)
@@ -397,7 +401,7 @@ class RemoteLogReader:
         for md in self.rlmm.list_remote_log_segments(tip):
             if md.state != S.COPY_SEGMENT_FINISHED or md.end_offset < start or md.max_timestamp_ms < ts:
                 continue
-            idx = await self._index(md)
+            idx = await asyncio.shield(self._index(md))
             pos = idx.position_for(max(idx.offset_for_timestamp(ts), start))
             found = await self._scan_timestamp(md, pos, ts, start)
             if found is not None:

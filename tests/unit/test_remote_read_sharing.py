@@ -194,3 +194,26 @@ async def test_a_read_committed_fetch_asks_for_later_transaction_indexes_at_once
         assert await asyncio.wait_for(task, 10) == []
     finally:
         await b.close()
+
+
+async def test_a_fetch_that_goes_away_does_not_cancel_an_index_get_another_fetch_waits_for(tmp_path):
+    """Index GETs are shared by every read that wants them: a read_committed Fetch cancelled while it waits (its
+    connection closed) leaves the GET running for the other Fetch waiting on the same index, which gets its answer
+    rather than a CancelledError."""
+    b = Broker(tmp_path)
+    try:
+        part = b.create("t", remote_storage_enable="true", segment_bytes=3 * (VALUE + 80), local_retention_bytes=1)
+        b.produce(part, 7)                            # two segments of three and an active one
+        await b.rlm.run_once("t", 0)
+        store, asked = _hold_gets(b, ".txnindex")
+        first = asyncio.ensure_future(b.rlm.collect_aborted_transactions("t", 0, part.log, 0, 3))
+        second = asyncio.ensure_future(b.rlm.collect_aborted_transactions("t", 0, part.log, 0, 3))
+        await asyncio.sleep(0.05)
+        assert len(asked) == 2                        # one GET per segment, shared by both lookups
+        first.cancel()
+        await asyncio.sleep(0.01)
+        store.gate.set()
+        assert await asyncio.wait_for(second, 10) == []
+        assert first.cancelled() and len(asked) == 2  # nothing asked again
+    finally:
+        await b.close()
