@@ -141,7 +141,7 @@ SLOW = "latency_ms=30,get_bandwidth_mb_s=80,seed=1"     # every request 30 ms to
 
 def start_broker(kind: str, moto=None, extra: dict[str, str] | None = None) -> tuple[Broker, Path | None]:
     """A broker on a fresh store: "file" (the local filesystem store, read through its mapping), "slow" (the same
-    behind SLOW, read by GETs) or "s3" (moto)."""
+    behind SLOW, read by GETs), "s3" (moto) or "s3slow" (moto behind SLOW)."""
     overrides = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "500",
                  "log.retention.check.interval.ms": "500", "remote.log.metadata.topic.num.partitions": "5",
                  **(extra or {})}
@@ -156,6 +156,8 @@ def start_broker(kind: str, moto=None, extra: dict[str, str] | None = None) -> t
         overrides["remote.log.storage.manager.store.url"] = f"s3://{bucket}/bench"
         for k, v in moto.store_options().items():
             overrides["remote.log.storage.manager.store." + k.replace("_", ".")] = v
+        if kind == "s3slow":
+            overrides["remote.log.storage.manager.store.faults"] = SLOW
     return Broker(overrides).start(), store_dir
 
 
@@ -186,8 +188,8 @@ def tier_all(b: Broker, topic: str, seg: str, total: int, timeout: float) -> tup
 
 
 def run_store(kind: str, args, moto=None, partitions: int = 1) -> dict:
-    size_mib = args.moto_size_mib if kind == "s3" else args.size_mib
-    seg_mib = args.moto_segment_mib if kind == "s3" else args.segment_mib
+    size_mib = args.moto_size_mib if kind.startswith("s3") else args.size_mib
+    seg_mib = args.moto_segment_mib if kind.startswith("s3") else args.segment_mib
     n = size_mib * MiB // args.size
     b, store_dir = start_broker(kind, moto, args.broker_config)
     label = f"{kind}/{partitions}"
@@ -358,7 +360,7 @@ def run_tail(args) -> dict:
 
 
 STORES = {"file": "local filesystem (mapped)", "slow": "local filesystem behind 30 ms + 80 MB/s per GET",
-          "s3": "S3 (moto_server)"}
+          "s3": "S3 (moto_server)", "s3slow": "S3 (moto_server) behind 30 ms + 80 MB/s per GET"}
 
 
 def results_block(results: list[dict], tail: dict | None, args, wall: float) -> str:
@@ -384,9 +386,9 @@ def results_block(results: list[dict], tail: dict | None, args, wall: float) -> 
                      f"{r['rss_mib']:.0f} |")
     lines.append("")
     for r in results:
-        if r["kind"] == "slow":
+        if r["kind"] in ("slow", "s3slow"):
             ok = "meets" if r["ratio"] >= SLOW_TARGET else "misses"
-            lines.append(f"- 30 ms + 80 MB/s per GET, {r['partitions']} partition(s): remote/local {r['ratio']:.2f} "
+            lines.append(f"- {STORES[r['kind']]}, {r['partitions']} partition(s): remote/local {r['ratio']:.2f} "
                          f"({ok} the {SLOW_TARGET} target).")
     if tail is not None:
         base, busy = tail["phases"]
@@ -449,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--settle", type=float, default=10)
     ap.add_argument("--phase-timeout", type=float, default=300)
-    ap.add_argument("--only", choices=("file", "slow", "wide", "tail"), help="run one case only (diagnosis)")
+    ap.add_argument("--only", choices=("file", "slow", "wide", "s3", "tail"), help="run one case only (diagnosis; s3: "
+                    "moto with and without latency)")
     ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting for every broker of the run (repeatable)")
     ap.add_argument("--verbose", action="store_true", help="print the remote reader's metrics after each remote phase")
@@ -463,10 +466,11 @@ def main(argv: list[str] | None = None) -> int:
     results = [run_store(k, args) for k in ("file", "slow") if only in (None, k)]
     if args.wide_partitions and only in (None, "wide"):
         results.append(run_store("slow", args, partitions=args.wide_partitions))
-    if args.moto_size_mib > 0 and not only:
+    if args.moto_size_mib > 0 and only in (None, "s3"):
         from moto_server import MotoServer
         with MotoServer(Path(tempfile.gettempdir()) / "strata-bench-moto.log") as moto:
             results.append(run_store("s3", args, moto))
+            results.append(run_store("s3slow", args, moto))
     tail = run_tail(args) if args.tail_seconds > 0 and args.wide_partitions and only in (None, "tail") else None
     block = results_block(results, tail, args, time.monotonic() - t0)
     print(block)
