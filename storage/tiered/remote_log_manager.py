@@ -514,10 +514,11 @@ class RemoteLogManager(RemoteLogReader):
         lg = t.log
         end = nxt.base_offset - 1
         epochs = _epochs_in_range(lg.leader_epoch_cache.entries, seg.base_offset, end)
+        txn = seg.log_path.with_suffix(".txnindex")
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(t.tip), seg.base_offset, end,
                                       seg.largest_timestamp, self.broker_id, self._time_ms(), seg.size,
-                                      tuple(epochs), S.COPY_SEGMENT_STARTED)
-        txn = seg.log_path.with_suffix(".txnindex")
+                                      tuple(epochs), S.COPY_SEGMENT_STARTED,
+                                      txn_index_empty=not (txn.exists() and txn.stat().st_size > 0))   # KIP-1058
         data = LogSegmentData(
             log_segment=seg.log_path, offset_index=seg.index_path, time_index=seg.time_index_path,
             transaction_index=txn if txn.exists() else None,

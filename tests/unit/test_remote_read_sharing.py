@@ -217,3 +217,20 @@ async def test_a_fetch_that_goes_away_does_not_cancel_an_index_get_another_fetch
         assert first.cancelled() and len(asked) == 2  # nothing asked again
     finally:
         await b.close()
+
+
+async def test_segment_metadata_says_whether_the_segment_has_aborted_transactions(tmp_path):
+    """KIP-1058's TxnIndexEmpty, as Kafka writes it at copy time: false for a segment with a transaction index."""
+    from storage.log.transaction_index import AbortedTxn
+    b = Broker(tmp_path)
+    try:
+        part = b.create("t", remote_storage_enable="true", segment_bytes=3 * (VALUE + 80), local_retention_bytes=1)
+        b.produce(part, 7)                            # [0-2] [3-5] active [6]
+        first = part.log.segments()[0]
+        first.log_path.with_suffix(".txnindex").write_bytes(AbortedTxn(7, 0, 1, 0).pack())
+        await b.rlm.run_once("t", 0)
+        tip = b.rlm.tip_of("t", 0)
+        flags = [(md.start_offset, md.txn_index_empty) for md in b.rlm.rlmm.list_remote_log_segments(tip)]
+        assert sorted(flags) == [(0, False), (3, True)]
+    finally:
+        await b.close()
