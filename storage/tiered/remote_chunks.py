@@ -31,6 +31,7 @@ MIN_CHUNK = 2 << 20
 MAX_CHUNK = 16 << 20
 MIN_SHARED_CHUNK = 256 << 10   # the smallest chunk when many objects share the budget
 SHARE_CHUNKS = 6          # chunks an object's share of the budget holds at least: its reader's and 5 read ahead
+PAST_END = 32             # parts read ahead past an object's end, into the objects after it, at most
 ACTIVE = 5.0              # seconds since its last read for which an object counts as being read (shares the budget)
 STALE_AHEAD = 10.0        # seconds after which a chunk read ahead and never read may be evicted for new read-ahead
 
@@ -107,6 +108,7 @@ class _Chunk:
     used: float = 0.0          # monotonic time it was requested or last read
     passed: bool = False       # a sequential reader has moved on to the next chunk
     started: bool = False      # its GET was sent (counted in ChunkCache.started until its answer is in `bytes`)
+    dropped: bool = False      # forgotten while its GET was in flight
 
 
 class ChunkCache:
@@ -127,6 +129,7 @@ class ChunkCache:
         self._released: list[tuple[bytes, int]] = []   # evicted chunks that views (responses) still hold
 
         self.peak = 0               # the most memory() has been
+        self._dropped = 0           # bytes of GETs in flight whose chunk was forgotten (in in_flight, not in bytes)
         self._held = 0              # `held` when last computed
 
     @property
@@ -206,8 +209,8 @@ class ChunkCache:
         end = i + 1 + ra.window
         if self.read_ahead(parts, i + 1, end) and end > len(parts):
             past_end = getattr(parts, "past_end", None)
-            if past_end is not None:
-                past_end(ra.window, end - len(parts))
+            if past_end is not None:                 # at most PAST_END parts: each object after is a call deeper
+                past_end(ra.window, min(end - len(parts), PAST_END))
         return fut
 
     def read_ahead(self, parts, first: int, end: int) -> bool:
@@ -284,13 +287,15 @@ class ChunkCache:
                 return
             got = len(f.result())
             if self.entries.get(key) is not e:
-                return
+                return                        # forgotten while in flight (see the finally)
             self.bytes += got - asked
             e.size, e.done = got, True
             if e.ahead:
                 self.unread_ahead += got
             self._evict(key)
         finally:
+            if e.dropped:
+                self._dropped -= asked
             if e.started:
                 self._wake()
 
@@ -298,22 +303,22 @@ class ChunkCache:
         """Drop done chunks until memory() leaves `room` bytes of the budget: those a sequential reader has moved
         past first, then those read and maybe still being read (least recently used first), then those read ahead
         and not read yet (prefetch waste), the furthest ahead first: the reader needs the nearest soonest."""
-        held = self.held
+        self.held                         # recount what responses still hold; _forget adds what it evicts
         for rank in (0, 1, 2):            # unread read-ahead: the latest requested (furthest ahead) first
-            if self.memory(held) + room <= self.capacity:
+            if self.memory(self._held) + room <= self.capacity:
                 break
             for key in (list(self.entries) if rank < 2 else list(reversed(self.entries))):
-                if self.memory(held) + room <= self.capacity:
+                if self.memory(self._held) + room <= self.capacity:
                     break
                 e = self.entries[key]
                 if key != keep and e.done and rank == (2 if e.ahead else 0 if e.passed else 1):
                     self._forget(key, e)
-        self.peak = max(self.peak, self.memory(held))
+        self.peak = max(self.peak, self.memory(self._held))
 
     def memory(self, held: int | None = None) -> int:
         """Bytes the chunks take: those answered and held, evicted ones responses still hold, and GETs under way
         (at their requested size: their answers arrive into memory), not GETs waiting for room."""
-        return self.bytes - self.in_flight + self.started + (self.held if held is None else held)
+        return self.bytes - (self.in_flight - self._dropped) + self.started + (self.held if held is None else held)
 
     def _forget(self, key, e: _Chunk) -> None:
         del self.entries[key]
@@ -321,14 +326,18 @@ class ChunkCache:
             data = e.future.result()
             if sys.getrefcount(data) > 3:       # the future's result, `data`, the argument: views hold it too
                 self._released.append((data, e.size))
+                self._held += e.size
             self.bytes -= e.size
             if e.ahead:
                 self.unread_ahead -= e.size
                 self.wasted_bytes += e.size
         else:
             self.bytes -= e.size           # its answer is dropped when it comes (_done sees another entry)
+            self._dropped += e.size        # in memory until then (memory())
+            e.dropped = True
             if e.ahead:
                 self.wasted_bytes += e.size
+                e.future.cancel()          # read ahead: no reader has it, so nobody will miss it
 
     async def close(self) -> None:
         """Cancel every GET still in flight and wait for them to end (the reader is going away)."""
@@ -468,13 +477,13 @@ class RangedReads:
             if lo >= 0 and end - start + lo <= len(cur[1]):
                 return [cur[1][lo:lo + end - start]]
         ra = self.read_ahead(obj.key)
-        cs = ra.chunk_size
         out = []
         pos = start
         while pos < end:
+            cs = ra.chunk_size              # again per chunk: it may shrink while the reader waits (more readers)
             i = pos // cs
             if cur[0] != (cs, i):
-                data = await self.chunk(obj, i, ra, wait)
+                data = await self.chunk(obj, i, ra, wait)      # chunk() takes ra.chunk_size before it awaits
                 cur[0], cur[1] = (cs, i), memoryview(data)
             lo = pos - i * cs
             hi = min(end - i * cs, len(cur[1]))

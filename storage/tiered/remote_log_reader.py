@@ -271,6 +271,8 @@ class RemoteLogReader:
                 idx = idx.result()
             views = await self._read_batches(md, idx.position_for(offset), offset, max_bytes, min_one,
                                              progress if progress is not None else [], wait)
+            if views is None:
+                return []                            # the first batch is larger than max_bytes (not min_one)
             if views:
                 return views
             md = self._next_segment(tip, md)     # nothing at/after offset in this segment (e.g. compacted away)
@@ -337,11 +339,12 @@ class RemoteLogReader:
             raise RemoteStorageException(f"{md.segment_id} is shorter than its metadata says: {e}") from None
 
     async def _read_batches(self, md, pos: int, offset: int, max_bytes: int, min_one: bool,
-                            out: list[memoryview], wait=None) -> list[memoryview]:
+                            out: list[memoryview], wait=None) -> list[memoryview] | None:
         """Whole batches from `pos`, appended to `out` (only ever whole batches, whose bytes all arrived). Batches
         lying in the chunk at hand go out as one view per run, not one per batch: a response of many small views
         costs the socket's writelines more than the batches' bytes do. A run is appended before the reader waits
-        for the next chunk, so that `out` has what was read when a Fetch stops waiting."""
+        for the next chunk, so that `out` has what was read when a Fetch stops waiting. None when the first batch at
+        the offset is larger than max_bytes (and not min_one): the read must answer nothing, not go on elsewhere."""
         size = md.segment_size_in_bytes
         cur = [-1, None]
         total = 0
@@ -370,6 +373,8 @@ class RemoteLogReader:
                 run = pos
                 continue
             if total + bsize > max_bytes and not (min_one and total == 0 and not out):
+                if total == 0 and not out:
+                    return None                     # a batch is here but does not fit: not "nothing here"
                 break
             if not in_chunk(pos + bsize):           # it goes on in the next chunk: the run first, then all of it
                 if run < pos:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 
 from storage.tiered.remote_chunks import ChunkCache, GetEstimate, RangedObject, RangedReads
 from test_remote_chunks import _GatedStore
@@ -234,3 +235,95 @@ async def test_segment_metadata_says_whether_the_segment_has_aborted_transaction
         assert sorted(flags) == [(0, False), (3, True)]
     finally:
         await b.close()
+
+
+async def test_a_batch_too_large_for_the_budget_is_not_skipped_for_the_next_segments(tmp_path):
+    """A Fetch's later partition (min_one false) whose first batch exceeds its budget gets no records, as Kafka
+    answers; reading on from the next segment would hand the consumer later offsets and lose the ones skipped."""
+    from protocol.record_batch import build_batch, split_and_validate
+    b = Broker(tmp_path)
+    try:
+        part = b.create("t", remote_storage_enable="true", segment_bytes=3000, local_retention_bytes=1)
+        for i in range(9):
+            value = b"v" * (2000 if i == 1 else VALUE)     # offset 1 is large: [0, 1] [2-6] [7, 8] (active)
+            buf = bytearray(build_batch([(b"k", value)], timestamp_ms=10**13 + i))
+            assert part.append_records_to_leader(buf, split_and_validate(buf, 10**6), 1).base_offset == i
+        await b.rlm.run_once("t", 0)
+        tip = b.rlm.tip_of("t", 0)
+        assert offsets(await b.rlm.read(tip, part.log, 1, 1000, False)) == []
+        assert offsets(await b.rlm.read(tip, part.log, 1, 1000, True)) == [1]          # the first partition
+        assert offsets(await b.rlm.read(tip, part.log, 2, 1300, False)) == [2, 3]
+    finally:
+        await b.close()
+
+
+async def test_chunks_evicted_while_held_keep_a_new_get_waiting():
+    cache = ChunkCache(capacity=400)
+    views = []
+    for k in "abc":                                  # read, then held by responses being sent
+        fut, _ = cache.get(k, 100, lambda: _fresh(100))
+        views.append(memoryview(await fut)[:10])
+    fut = None
+    gate = asyncio.Event()
+
+    async def held_back():
+        await gate.wait()
+        return bytes(100)
+    fd, _ = cache.get("d", 100, held_back)           # 400 in memory: a, b, c and d under way
+    await asyncio.sleep(0.01)
+    fe, _ = cache.get("e", 100, lambda: _fresh(100))
+    await asyncio.sleep(0.01)
+    assert not fe.done() and cache.started == 100     # evicting a, b, c frees nothing: views hold them
+    assert cache.memory() <= 400
+    views.clear()                                     # the responses were sent
+    gate.set()
+    await fd
+    assert await asyncio.wait_for(fe, 5) == bytes(100) and cache.peak <= 400
+
+
+async def test_chunks_dropped_in_flight_still_count_until_their_gets_end():
+    cache = ChunkCache(capacity=1000)
+    gate = asyncio.Event()
+
+    async def held_back():
+        await gate.wait()
+        return bytes(100)
+    own, _ = cache.get(("seg", 0), 100, held_back)    # a reader's own chunk
+    assert cache.prefetch(("seg", 1), 100, held_back)   # read ahead: nobody has it yet
+    await asyncio.sleep(0.01)
+    cache.drop(lambda k: k[0] == "seg")               # the segment was deleted
+    await asyncio.sleep(0.01)
+    assert cache.memory() == 100                      # the reader's GET goes on; the read-ahead was cancelled
+    gate.set()
+    assert await own == bytes(100)
+    await asyncio.sleep(0)
+    assert cache.memory() == 0 and cache.started == 0 and cache.in_flight == 0
+
+
+async def test_a_read_across_chunks_stays_right_when_the_chunk_size_shrinks_meanwhile():
+    """A reader waits for a chunk while more readers arrive and the object's chunk size shrinks: the rest of its
+    range comes from chunks of the new size at the right positions."""
+    data = os.urandom(4 * MiB)
+    readers = [1]
+    gate = asyncio.Event()
+
+    async def fetch(start, end):
+        if start == 0:
+            await gate.wait()
+        return data[start:end]
+    obj = RangedObject("seg", len(data), fetch)
+    reads = RangedReads(ChunkCache(16 * MiB), GetEstimate(), MiB, 2, readers=lambda: readers[0])
+    cur = [-1, None]
+    task = asyncio.ensure_future(reads.range(obj, MiB - 100, MiB + 100, cur))   # spans chunks 0 and 1 (1 MiB)
+    await asyncio.sleep(0.01)
+    readers[0] = 8                                    # 12 MiB / 8 / 6: 256 KiB chunks from here
+    reads.read_ahead("seg")
+    gate.set()
+    got = b"".join(await asyncio.wait_for(task, 5))
+    assert got == data[MiB - 100:MiB + 100]
+    assert bytes(b"".join(await reads.range(obj, MiB + 100, MiB + 300, cur))) == data[MiB + 100:MiB + 300]
+    await reads.close()
+
+
+async def _fresh(n: int) -> bytes:
+    return bytes(n)
