@@ -95,13 +95,9 @@ async def test_a_get_cancelled_while_waiting_for_room_leaves_no_reservation():
     cache = ChunkCache(capacity=100)
     gate = asyncio.Event()
 
-    async def slow():
-        await gate.wait()
-        return bytes(80)
-
     async def quick():
         return bytes(80)
-    fa, _ = cache.get("a", 80, slow)
+    fa, _ = cache.get("a", 80, lambda: _held_back(gate, 80))
     fb, _ = cache.get("b", 80, quick)
     await asyncio.sleep(0.01)
     fb.cancel()
@@ -184,9 +180,7 @@ async def test_a_read_committed_fetch_asks_for_later_transaction_indexes_at_once
     in its marker's segment): their GETs go out together, not one store round trip after another."""
     b = Broker(tmp_path)
     try:
-        part = b.create("t", remote_storage_enable="true", segment_bytes=3 * (VALUE + 80), local_retention_bytes=1)
-        b.produce(part, 16)                           # five segments of three and an active one
-        await b.rlm.run_once("t", 0)
+        part = await _tiered(b, 16)                   # five segments of three and an active one
         store, asked = _hold_gets(b, ".txnindex")
         task = asyncio.ensure_future(b.rlm.collect_aborted_transactions("t", 0, part.log, 0, 3))
         await asyncio.sleep(0.05)
@@ -203,9 +197,7 @@ async def test_a_fetch_that_goes_away_does_not_cancel_an_index_get_another_fetch
     rather than a CancelledError."""
     b = Broker(tmp_path)
     try:
-        part = b.create("t", remote_storage_enable="true", segment_bytes=3 * (VALUE + 80), local_retention_bytes=1)
-        b.produce(part, 7)                            # two segments of three and an active one
-        await b.rlm.run_once("t", 0)
+        part = await _tiered(b, 7)                    # two segments of three and an active one
         store, asked = _hold_gets(b, ".txnindex")
         first = asyncio.ensure_future(b.rlm.collect_aborted_transactions("t", 0, part.log, 0, 3))
         second = asyncio.ensure_future(b.rlm.collect_aborted_transactions("t", 0, part.log, 0, 3))
@@ -265,11 +257,7 @@ async def test_chunks_evicted_while_held_keep_a_new_get_waiting():
         views.append(memoryview(await fut)[:10])
     fut = None
     gate = asyncio.Event()
-
-    async def held_back():
-        await gate.wait()
-        return bytes(100)
-    fd, _ = cache.get("d", 100, held_back)           # 400 in memory: a, b, c and d under way
+    fd, _ = cache.get("d", 100, lambda: _held_back(gate, 100))           # 400 in memory: a, b, c and d under way
     await asyncio.sleep(0.01)
     fe, _ = cache.get("e", 100, lambda: _fresh(100))
     await asyncio.sleep(0.01)
@@ -284,12 +272,8 @@ async def test_chunks_evicted_while_held_keep_a_new_get_waiting():
 async def test_chunks_dropped_in_flight_still_count_until_their_gets_end():
     cache = ChunkCache(capacity=1000)
     gate = asyncio.Event()
-
-    async def held_back():
-        await gate.wait()
-        return bytes(100)
-    own, _ = cache.get(("seg", 0), 100, held_back)    # a reader's own chunk
-    assert cache.prefetch(("seg", 1), 100, held_back)   # read ahead: nobody has it yet
+    own, _ = cache.get(("seg", 0), 100, lambda: _held_back(gate, 100))    # a reader's own chunk
+    assert cache.prefetch(("seg", 1), 100, lambda: _held_back(gate, 100))   # read ahead: nobody has it yet
     await asyncio.sleep(0.01)
     cache.drop(lambda k: k[0] == "seg")               # the segment was deleted
     await asyncio.sleep(0.01)
@@ -325,5 +309,19 @@ async def test_a_read_across_chunks_stays_right_when_the_chunk_size_shrinks_mean
     await reads.close()
 
 
+async def _tiered(b, n: int):
+    """Topic t with n one-record batches in segments of three, all closed ones tiered."""
+    part = b.create("t", remote_storage_enable="true", segment_bytes=3 * (VALUE + 80), local_retention_bytes=1)
+    b.produce(part, n)
+    await b.rlm.run_once("t", 0)
+    return part
+
+
 async def _fresh(n: int) -> bytes:
+    return bytes(n)
+
+
+async def _held_back(gate: asyncio.Event, n: int) -> bytes:
+    """A GET answered once `gate` is set (a fresh object: a constant would never be freed)."""
+    await gate.wait()
     return bytes(n)
