@@ -450,14 +450,12 @@ class RangedReads:
     async def chunk(self, obj: RangedObject, i: int, ra: ReadAhead | None = None, wait=None) -> bytes:
         """Chunk `i` of the object, after starting the read-ahead past it (ChunkCache.in_order). Shielded: a reader
         that is cancelled must not cancel a GET other readers share. `wait(future)`, when given, is how the reader
-        waits for a chunk not there yet (the broker's reader gives its pool slot back meanwhile)."""
+        waits for its chunk, shielded too (the broker's reader gives its pool slot back while it is not there)."""
         ra = ra or self.read_ahead(obj.key)
         chunks = _Chunks(obj, ra.chunk_size)
         ra.finished = i + 1 >= len(chunks)       # a reader at its last chunk no longer takes a share of the budget
         fut = self.cache.in_order(ra, chunks, i)
-        if wait is not None and not fut.done():
-            return await wait(fut)
-        return await asyncio.shield(fut)
+        return await (wait(fut) if wait is not None else asyncio.shield(fut))
 
     def start(self, obj: RangedObject, window: int, count: int) -> None:
         """Read ahead the object's first `count` chunks for a sequential reader coming from the previous object,

@@ -143,7 +143,10 @@ class _ReaderSlot:
             self.rlm._reader_slots.release()
 
     async def wait(self, fut: asyncio.Future):
-        """`fut`'s result, with the slot given back meanwhile (not taken again if the task is cancelled)."""
+        """`fut`'s result, with the slot given back meanwhile (not taken again if the task is cancelled); at once
+        if it is done. Shielded: other reads may wait for the same future."""
+        if fut.done():
+            return fut.result()
         self.release()
         self.rlm._waiting_reads += 1
         try:
@@ -264,11 +267,8 @@ class RemoteLogReader:
             raise OffsetOutOfRangeError(f"offset {offset} of {tip} is not in the remote tier")
         wait = slot.wait if slot is not None else None
         for _ in range(1000):
-            idx = self._index(md)
-            if not idx.done():                      # shared: a cancelled reader must not cancel it for others
-                idx = await (wait(idx) if wait is not None else asyncio.shield(idx))
-            else:
-                idx = idx.result()
+            idx = self._index(md)                   # shared: a cancelled reader must not cancel it for others
+            idx = await (wait(idx) if wait is not None else asyncio.shield(idx))
             views = await self._read_batches(md, idx.position_for(offset), offset, max_bytes, min_one,
                                              progress if progress is not None else [], wait)
             if views is None:
@@ -357,12 +357,12 @@ class RemoteLogReader:
             return base <= pos and end <= base + len(cur[1])
 
         while pos + HEADER_SIZE <= size:
-            if run < pos and not in_chunk(pos + HEADER_SIZE):
-                out.extend(await self._range(md, run, pos, cur, wait))
-                run = pos
             if in_chunk(pos + HEADER_SIZE):         # most batches: the header is in the chunk at hand
                 h = read_header(cur[1], pos - cur[0][0] * cur[0][1])
-            else:
+            else:                                   # the run first: reading on may wait for the next chunk
+                if run < pos:
+                    out.extend(await self._range(md, run, pos, cur, wait))
+                    run = pos
                 head = await self._range(md, pos, pos + HEADER_SIZE, cur, wait)
                 h = read_header(head[0] if len(head) == 1 else b"".join(head), 0)
             bsize = h.size
