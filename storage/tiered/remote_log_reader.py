@@ -16,7 +16,7 @@ import asyncio
 import struct
 import time
 from collections import OrderedDict
-from typing import Callable
+from typing import Callable, Iterator
 
 from protocol.record_batch import HEADER_SIZE, read_header
 from storage.log.log import OffsetOutOfRangeError
@@ -248,13 +248,17 @@ class RemoteLogReader:
                     md = s
         return md
 
-    def _next_segment(self, tip, md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
-        best = None
+    def _following(self, tip, md: RemoteLogSegmentMetadata) -> Iterator[RemoteLogSegmentMetadata]:
+        """The finished segments after `md`, each the one starting first past the end of the one before, from one
+        listing (sorted by start offset): a walk over many segments must not list and scan them once per step."""
+        end = md.end_offset
         for s in self.rlmm.list_remote_log_segments(tip):
-            if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset > md.end_offset and \
-                    (best is None or s.start_offset < best.start_offset):
-                best = s
-        return best
+            if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset > end:
+                yield s
+                end = s.end_offset
+
+    def _next_segment(self, tip, md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
+        return next(self._following(tip, md), None)
 
     async def read(self, tip, lg, offset: int, max_bytes: int, min_one: bool,
                    progress: list | None = None, slot: _ReaderSlot | None = None) -> list[memoryview]:
@@ -289,11 +293,14 @@ class RemoteLogReader:
         out: list[AbortedTxn] = []
         md = self.segment_for_offset(tip, lg, start) if tip is not None else None
         ahead = [md] if md is not None else []      # segments whose index GETs were started, in order
+        following = self._following(tip, md) if md is not None else iter(())
         while ahead:                 # a transaction's entry is in its marker's segment, which may come later
-            while len(ahead) < TXN_INDEXES_AHEAD and (nxt := self._next_segment(tip, ahead[-1])) is not None:
+            while len(ahead) < TXN_INDEXES_AHEAD and (nxt := next(following, None)) is not None:
                 ahead.append(nxt)    # their GETs at once, not one store round trip after another
                 self._txn_index(nxt)
-            index = await asyncio.shield(self._txn_index(ahead.pop(0)))    # shared with other fetches
+            index = self._txn_index(ahead.pop(0))
+            # shared with other fetches; a cached index is taken as it is (the walk passes every later segment)
+            index = index.result() if index.done() else await asyncio.shield(index)
             found, complete = collect_aborted(index.entries, start, upper)
             out += found
             if complete:

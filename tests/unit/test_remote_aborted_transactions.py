@@ -45,8 +45,8 @@ class _Reader(RemoteLogReader):
     def segment_for_offset(self, tip, lg, offset):
         return next((s for s in self.segments if s.start_offset <= offset <= s.end_offset), None)
 
-    def _next_segment(self, tip, md):
-        return next((s for s in self.segments if s.start_offset > md.end_offset), None)
+    def _following(self, tip, md):
+        return (s for s in self.segments if s.start_offset > md.end_offset)
 
 
 async def test_entry_in_a_later_segment_and_missing_indexes():
@@ -61,3 +61,45 @@ async def test_an_unreadable_index_fails_the_fetch():
         await r.collect_aborted_transactions("t", 0, _Log(), 30, 50)
     r.indexes[0] = RemoteResourceNotFoundException("no index")      # the failure was not cached
     assert await r.collect_aborted_transactions("t", 0, _Log(), 30, 50) == []
+
+
+def test_following_walks_the_chain_of_next_segments():
+    """`_following` (one listing for a whole walk) yields what asking for the next segment again and again gives:
+    the finished segment starting first past the end of the one before, over overlapping segments of other leader
+    epochs and segments not yet (or no longer) finished."""
+    import random
+
+    from storage.tiered.remote_log_metadata import RemoteLogSegmentState as S
+
+    class _Md(_Segment):
+        def __init__(self, start, end, state, ts):
+            super().__init__(start, end)
+            self.state, self.event_timestamp_ms = state, ts
+
+    class _Rlmm:
+        def __init__(self, segs):
+            self.segs = segs
+
+        def list_remote_log_segments(self, tip):
+            return sorted(self.segs, key=lambda s: (s.start_offset, s.end_offset, s.event_timestamp_ms))
+
+    def next_one(segs, md):                     # the definition: the smallest start past md's end, finished
+        later = [s for s in segs if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset > md.end_offset]
+        return min(later, key=lambda s: (s.start_offset, s.end_offset, s.event_timestamp_ms), default=None)
+
+    rnd = random.Random(11)
+    states = [S.COPY_SEGMENT_FINISHED] * 4 + [S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED]
+    for _ in range(300):
+        segs = []
+        for _ in range(rnd.randint(0, 12)):
+            start = rnd.randint(0, 100)
+            segs.append(_Md(start, start + rnd.randint(0, 30), rnd.choice(states), rnd.randint(0, 5)))
+        r = RemoteLogReader.__new__(RemoteLogReader)
+        r.rlmm = _Rlmm(segs)
+        for md in segs:
+            want, cur = [], next_one(segs, md)
+            while cur is not None:
+                want.append(cur)
+                cur = next_one(segs, cur)
+            assert list(r._following("t", md)) == want
+            assert r._next_segment("t", md) is (want[0] if want else None)

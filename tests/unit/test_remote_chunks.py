@@ -152,8 +152,8 @@ class _Reader(RemoteLogReader):
         self.reads = 0                   # reads under way, as the broker's read tasks count them
         self._ranged = RangedReads(self._chunks, self.rsm.gets, chunk_size, window, readers=lambda: self.reads)
 
-    def _next_segment(self, tip, md):
-        return None
+    def _following(self, tip, md):
+        return iter(())
 
 
 async def _segment(store, size: int) -> tuple[RemoteLogSegmentMetadata, bytes]:

@@ -167,8 +167,8 @@ class _TxnReader(RemoteLogReader):
     def segment_for_offset(self, tip, lg, offset):
         return self.md if self.md.start_offset <= offset <= self.md.end_offset else None
 
-    def _next_segment(self, tip, md):
-        return None
+    def _following(self, tip, md):
+        return iter(())
 
 
 class _Log:
