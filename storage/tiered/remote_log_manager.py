@@ -35,7 +35,7 @@ from storage.tiered.remote_log_metadata import (
     REMOTE_LOG_METADATA_TOPIC, InternalTopic, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
 )
 from storage.tiered.remote_chunks import ChunkCache, RangedReads
-from storage.tiered.remote_log_reader import RemoteLogReader, _LruFutures
+from storage.tiered.remote_log_reader import RemoteLogReader, ResumePositions, _LruFutures
 from storage.tiered.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
 log = logging.getLogger("strata.remote_log_manager")
@@ -187,6 +187,7 @@ class RemoteLogManager(RemoteLogReader):
         self._chunks = ChunkCache(config.get_int("remote.fetch.max.memory.bytes"))
         self._ranged = RangedReads(self._chunks, self.rsm.gets, self.chunk_size, self.prefetch_chunks,
                                    readers=lambda: self._reads_under_way)
+        self._resume_at = ResumePositions()
         self._indexes = _LruFutures(config.get_int("remote.log.index.file.cache.total.size.bytes"),
                                     lambda idx: idx.size)
         self.registry = registry if registry is not None else CollectorRegistry()

@@ -157,6 +157,31 @@ class _ReaderSlot:
         return result
 
 
+class ResumePositions:
+    """Where the last reads of remote segments ended: (segment id, next offset) -> position of the next batch.
+    A consumer's next fetch asks for exactly that offset, and starting there is what the offset index and a scan
+    would find (every batch before it ends below the offset). The index alone starts one batch early (Kafka's
+    entries hold a batch's last offset), often in the chunk the reader has passed and the cache has evicted: a
+    whole GET again for one header. Bounded: the oldest are forgotten."""
+
+    def __init__(self, capacity: int = 4096):
+        self.capacity = capacity
+        self.entries: OrderedDict = OrderedDict()
+
+    def put(self, key, pos: int) -> None:
+        self.entries[key] = pos
+        self.entries.move_to_end(key)
+        if len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+
+    def get(self, key) -> int | None:
+        """Kept after use: consumers of other groups may read the same offsets."""
+        pos = self.entries.get(key)
+        if pos is not None:
+            self.entries.move_to_end(key)
+        return pos
+
+
 class RemoteLogReader:
     """Fetch reads and ListOffsets lookups below the local log start, for RemoteLogManager."""
 
@@ -271,9 +296,12 @@ class RemoteLogReader:
             raise OffsetOutOfRangeError(f"offset {offset} of {tip} is not in the remote tier")
         wait = slot.wait if slot is not None else None
         for _ in range(1000):
-            idx = self._index(md)                   # shared: a cancelled reader must not cancel it for others
-            idx = await (wait(idx) if wait is not None else asyncio.shield(idx))
-            views = await self._read_batches(md, idx.position_for(offset), offset, max_bytes, min_one,
+            pos = self._resume_at.get((md.segment_id.id, offset))
+            if pos is None:
+                idx = self._index(md)               # shared: a cancelled reader must not cancel it for others
+                idx = await (wait(idx) if wait is not None else asyncio.shield(idx))
+                pos = idx.position_for(offset)
+            views = await self._read_batches(md, pos, offset, max_bytes, min_one,
                                              progress if progress is not None else [], wait)
             if views is None:
                 return []                            # the first batch is larger than max_bytes (not min_one)
@@ -355,6 +383,7 @@ class RemoteLogReader:
         size = md.segment_size_in_bytes
         cur = [-1, None]
         total = 0
+        after = offset                              # the offset after the last batch taken
         run = pos                                   # [run, pos): whole batches read and not appended yet
 
         def in_chunk(end: int) -> bool:             # [pos, end) lies in the chunk at hand
@@ -390,10 +419,13 @@ class RemoteLogReader:
                 run = pos + bsize
             total += bsize
             pos += bsize
+            after = h.last_offset + 1
             if total >= max_bytes:
                 break
         if run < pos:
             out.extend(await self._range(md, run, pos, cur, wait))
+        if total and pos < size:                    # where a consumer's next fetch starts (see ResumePositions)
+            self._resume_at.put((md.segment_id.id, after), pos)
         return out
 
     # ---- ListOffsets ----------------------------------------------------------------------------------------------

@@ -325,3 +325,44 @@ async def _held_back(gate: asyncio.Event, n: int) -> bytes:
     """A GET answered once `gate` is set (a fresh object: a constant would never be freed)."""
     await gate.wait()
     return bytes(n)
+
+
+async def test_a_consumers_next_fetch_starts_where_its_last_read_ended(tmp_path):
+    """A consumer fetching on from each answer GETs every chunk of the segment once. Kafka's offset index entries
+    hold a batch's last offset, so the index puts the next fetch one batch early: often in the chunk the reader has
+    passed, which a full budget evicts first, and every such fetch cost a whole GET again for one header."""
+    b = Broker(tmp_path, **{"remote.log.reader.chunk.size.bytes": "4096", "remote.log.reader.prefetch.chunks": "0",
+                            "remote.fetch.max.memory.bytes": str(3 * 4096)})
+    try:
+        from protocol.record_batch import build_batch, split_and_validate
+        part = b.create("t", remote_storage_enable="true", segment_bytes=60 * (VALUE + 100), local_retention_bytes=1,
+                        index_interval_bytes=1)          # an index entry for every batch
+        for i in range(0, 126, 2):                        # batches of two records: an entry holds the second's offset
+            buf = bytearray(build_batch([(b"k", b"v" * (VALUE // 2))] * 2, timestamp_ms=10**13 + i))
+            assert part.append_records_to_leader(buf, split_and_validate(buf, 10**6), 1).base_offset == i
+        await b.rlm.run_once("t", 0)
+        end = part.log.local_log_start_offset             # one segment tiered
+        assert end > 100 and len(b.rlm.rlmm.list_remote_log_segments(b.rlm.tip_of("t", 0))) == 1
+        store = b.rlm.rsm.store = _GatedStore(b.rlm.rsm.store)     # GETs, not the local store's mapping
+        b.rlm.rsm._root = None
+        inner_get = store.inner.get
+        starts: list[int] = []
+
+        async def get(key, start=0, end=None):
+            if key.endswith(".log"):
+                starts.append(start)
+            return await inner_get(key, start, end)
+        store.get = get
+        tip = b.rlm.tip_of("t", 0)
+        offset, got = 0, []
+        while offset < end:
+            views = await b.rlm.read(tip, part.log, offset, VALUE + 100, True)       # a batch per fetch
+            read = offsets([b"".join(views)])             # a batch across two chunks is two views
+            assert read and read[0] == offset, (offset, read)
+            got += read
+            offset = read[-1] + 1
+        assert got == list(range(end))
+        assert sorted(starts) == sorted(set(starts)), f"chunks fetched twice: {starts}"
+        assert len(starts) == -(-b.rlm.rlmm.list_remote_log_segments(tip)[0].segment_size_in_bytes // 4096)
+    finally:
+        await b.close()
