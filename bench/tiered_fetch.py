@@ -134,14 +134,12 @@ def alter(bootstrap: str, topic: str, config: dict[str, str]) -> None:
 
 def local_log_bytes(b: Broker, topic: str) -> int:
     """Bytes of the topic's local segment files (a file the broker deletes meanwhile counts nothing)."""
-    total = 0
-    for d in (b.dir / "logs").glob(f"{topic}-*"):
-        for p in d.glob("*.log"):
-            try:
-                total += p.stat().st_size
-            except FileNotFoundError:
-                pass
-    return total
+    def size(p: Path) -> int:
+        try:
+            return p.stat().st_size
+        except FileNotFoundError:
+            return 0
+    return sum(size(p) for d in (b.dir / "logs").glob(f"{topic}-*") for p in d.glob("*.log"))
 
 
 SLOW = "latency_ms=30,get_bandwidth_mb_s=80,seed=1"     # every request 30 ms to its first byte; GETs at 80 MB/s
