@@ -7,7 +7,9 @@ The object holds (holder node id, controller epoch, renewal count). What each co
   nobody replaced the lease since, so epochs only grow and no two holders ever get the same epoch.
 
 Expiry never compares clocks of different machines. A candidate watches the lease's ETag with its own monotonic
-clock and may take over once the ETag has not changed for `timeout` seconds. The holder renews every `timeout / 4`
+clock and may take over once the ETag has not changed for `timeout` seconds, counted from when the answer that showed
+it a new ETag came back (never from when it asked: a request, or a pause of the candidate, may last longer than the
+holder's margin). The holder renews every `timeout / 4`
 and counts its own time from when it *sent* its last successful renewal (the store applied it after that, so every
 candidate saw it later still); it stops acting as controller once `timeout - timeout / 4` has passed without a
 successful renewal. A paused holder that wakes up finds its renewal refused and steps down; whatever it tries to
@@ -71,7 +73,10 @@ class ControllerLease:
         if info is None:
             return await self._write(Lease(self.node_id, 1, writer=self.writer), None, now)
         if info.etag != self._etag:
-            self._etag, self._seen_at = info.etag, now
+            # seen when the answer came, not when the HEAD was sent: the holder may have written this ETag while the
+            # HEAD was under way (or this process was paused in it), and counting from before would let this node
+            # take the lease over from a holder that renewed moments ago and still acts on it
+            self._etag, self._seen_at = info.etag, self.clock()
             try:
                 self.observed = _decode(await self.store.get(self.key))
             except msgspec.DecodeError as e:
