@@ -29,6 +29,16 @@ def reassign(cluster, *args: str) -> subprocess.CompletedProcess:
     return strata("reassign", "--bootstrap-server", cluster.bootstrap, *args)
 
 
+def wait_replicas(cluster, topic: str, replicas: dict[int, list[int]]) -> None:
+    """Until every live broker's metadata gives the partitions of `topic` these replicas: the controller has applied
+    a move or a cancellation when the tool says so, and each broker applies it from the metadata log a little later
+    (CI once read [2, 3, 1] from a broker 0.1 s after "completed")."""
+    def check(md) -> bool:
+        got = {p.partition_index: list(p.replica_nodes) for p in md.topics[0].partitions}
+        return all(got.get(p) == r for p, r in replicas.items())
+    cluster.wait_every_broker(check, [topic], 30, f"{topic} on {replicas}")
+
+
 def create_on_broker_1(cluster, topic: str, partitions: int, records: int) -> set[bytes]:
     """`topic` with every partition on broker 1 alone, and `records` acknowledged records in each."""
     admin = cluster.admin()
@@ -93,8 +103,7 @@ def test_generate_execute_verify_moves_records_to_the_new_replicas(cluster, topi
     assert lines[-3:] == ["Status of partition reassignment:",
                           f"Reassignment of partition {topic_name}-0 is completed.",
                           f"Reassignment of partition {topic_name}-1 is completed."]
-    for p, replicas in ((0, [2, 3]), (1, [3, 2])):
-        assert cluster.partition(topic_name, p).replicas == replicas
+    wait_replicas(cluster, topic_name, {0: [2, 3], 1: [3, 2]})
     assert reassign(cluster, "--list").stdout == "No partition reassignments found.\n"
     # broker 1 dropped its copies; the records are all read back from brokers 2 and 3 with broker 1 gone
     wait_until(lambda: not list((cluster.brokers[1].data_dir / "logs").glob(f"{topic_name}-*")),
@@ -135,7 +144,7 @@ def test_a_move_waiting_for_a_dead_broker_is_listed_followed_cancelled_and_compl
         assert reassign(cluster, "--list").stdout == "No partition reassignments found.\n"
         assert reassign(cluster, "--cancel", "--reassignment-json-file", plan).stdout.splitlines()[0] == \
             "None of the specified partition reassignments are active."
-        assert cluster.partition(topic_name).replicas == [1]
+        wait_replicas(cluster, topic_name, {0: [1]})
         wait_until(lambda: not (cluster.brokers[2].data_dir / "logs" / tp).exists(),
                    what="broker 2 to drop the cancelled replica")
         # DescribeLogDirs (kafka-python): broker 1 holds the partition, with its records' bytes
@@ -175,7 +184,7 @@ def test_a_move_waiting_for_a_dead_broker_is_listed_followed_cancelled_and_compl
             proc.wait()
     assert rest[-3:] == ["Progress: 1/1 partitions reassigned", "Status of partition reassignment:",
                          f"Reassignment of partition {tp} is completed."]
-    assert cluster.partition(topic_name).replicas == [2, 3]
+    wait_replicas(cluster, topic_name, {0: [2, 3]})
     cluster.brokers[1].stop()
     got = consume_all(cluster.bootstrap, topic_name, len(values))
     assert sorted(m.value() for m in got) == sorted(values)
