@@ -12,15 +12,14 @@ What a consumer sees:
 """
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 
 import pytest
 from confluent_kafka import TopicPartition
 
-from conftest import BrokerProcess, free_port
+from conftest import BrokerProcess
 from protocol.record_batch import build_batch
+from test_tiered_storage import Store, metric, tiered_overrides
 
 try:
     from .helpers import consumer, wait_until
@@ -49,13 +48,9 @@ LATENCY = "get_latency_ms=20,get_jitter_ms=10,get_bandwidth_mb_s=80,seed=5"
 
 
 def broker(tmp, faults: str, **extra) -> BrokerProcess:
-    return BrokerProcess(tmp, {
-        "remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "200",
-        "log.retention.check.interval.ms": "200", "remote.log.metadata.topic.num.partitions": "3",
-        "metrics.port": str(free_port()), "log.cleaner.enable": "false",
-        "remote.log.storage.manager.store.url": f"file://{tmp}/objects",
-        "remote.log.storage.manager.store.fsync": "false",
-        "remote.log.storage.manager.store.faults": faults, **extra}).start()
+    """A tiered broker on the local-filesystem store behind the fault wrapper's `faults`."""
+    store = Store(f"file://{tmp}/objects", {"fsync": "false", "faults": faults})
+    return BrokerProcess(tmp, tiered_overrides(store, **extra)).start()
 
 
 def fill(b, topic: str, partitions: int = PARTITIONS, **configs) -> None:
@@ -103,14 +98,6 @@ def check(topic: str, part: int, offset: int, data: bytes) -> int:
         assert bytes(r.value) == value(part, offset), (topic, part, offset)
         offset += 1
     return offset
-
-
-def remote_fetch_errors(b, topic: str) -> float:
-    """Kafka's RemoteFetchErrorsPerSec count for `topic`, from the broker's metrics endpoint."""
-    port = b.overrides["metrics.port"]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return sum(float(m.group(1)) for m in re.finditer(
-        rf'^kafka_server_brokertopicmetrics_remote_fetch_errors_total{{topic="{re.escape(topic)}"}} (\S+)$', text, re.M))
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +220,8 @@ def test_catch_up_consumer_reads_everything_through_failing_gets(tmp_path, topic
                     nxt[p] += 1
                     seen += 1
             assert all(o == BATCHES * RECORDS for o in nxt.values()), nxt
-            assert remote_fetch_errors(b, topic_name) > 0, "no remote read failed: the faults were not exercised"
+            errors = metric(b, "kafka_server_brokertopicmetrics_remote_fetch_errors_total", topic_name)
+            assert errors > 0, "no remote read failed: the faults were not exercised"
         finally:
             c.close()
     finally:
