@@ -193,6 +193,7 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
     await asyncio.wait({w.remote for w in remote}, timeout=remote[0].part.remote_fetch_max_wait)
     if req is not None:
         req.busy_since += time.perf_counter() - waited
+    committed = []                                      # (index, wanted) whose aborted transactions are needed
     for i, w in enumerate(wanted):
         task = w.remote
         if task is None:
@@ -201,11 +202,18 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
         views, w.error = w.part.remote_read_result(w.fetch_offset, task)
         results[i] = (views, sum(len(v) for v in views))      # replaces the budget reserved by _read_all
         if read_committed and views and not w.error:
-            try:
-                w.aborted = await w.part.remote_aborted_transactions(w.fetch_offset, views)
-            except Exception as e:                      # a remote index that cannot be read: as a failed read
-                log.warning("aborted transactions of %s-%d from the remote tier: %s", w.part.topic, w.index, e)
+            committed.append((i, w))
+    if committed:               # every partition's at once: each may wait for transaction index GETs
+        found = await asyncio.gather(*(w.part.remote_aborted_transactions(w.fetch_offset, results[i][0])
+                                       for i, w in committed), return_exceptions=True)
+        for (i, w), aborted in zip(committed, found):
+            if not isinstance(aborted, BaseException):
+                w.aborted = aborted
+            elif isinstance(aborted, Exception):        # a remote index that cannot be read: as a failed read
+                log.warning("aborted transactions of %s-%d from the remote tier: %s", w.part.topic, w.index, aborted)
                 results[i], w.error = ((), 0), UNKNOWN_SERVER_ERROR
+            else:
+                raise aborted
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener,
                    req=req)
 
