@@ -273,17 +273,36 @@ class RemoteLogReader:
                     md = s
         return md
 
-    def _following(self, tip, md: RemoteLogSegmentMetadata) -> Iterator[RemoteLogSegmentMetadata]:
-        """The finished segments after `md`, each the one starting first past the end of the one before, from one
-        listing (sorted by start offset): a walk over many segments must not list and scan them once per step."""
+    def _following(self, tip, md: RemoteLogSegmentMetadata, lg=None) -> Iterator[RemoteLogSegmentMetadata]:
+        """The finished segments after `md`, each the one a reader goes on to after the one before. With the leader's
+        log `lg`, Kafka's findNextSegmentMetadata: the segment holding the offset after the previous one's end in the
+        leader epoch that `lg`'s epoch cache gives that offset. Segments may overlap: a new leader, whose segments roll
+        at other offsets than its predecessor's, tiers its segment holding the first offset not tiered yet, e.g.
+        [100, 249] beside the old leader's [100, 199]; the one starting first past [100, 199]'s end would skip
+        [200, 249] (and the aborted transactions whose markers are there). Without `lg`, or where the epochs find
+        none, that one, from one listing (sorted by start offset) for the whole walk: a walk over many segments must
+        not list and scan them once per step."""
+        epochs = lg.leader_epoch_cache if lg is not None else None
+        listing = None
         end = md.end_offset
-        for s in self.rlmm.list_remote_log_segments(tip):
-            if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset > end:
-                yield s
-                end = s.end_offset
+        while True:
+            nxt = None
+            if epochs is not None:
+                epoch = epochs.epoch_for_offset(end + 1)
+                if epoch is not None:
+                    nxt = self.rlmm.remote_log_segment_metadata(tip, epoch, end + 1)
+            if nxt is None:
+                if listing is None:
+                    listing = iter(self.rlmm.list_remote_log_segments(tip))
+                # `end` only grows, so what this passes over is behind every later step too
+                nxt = next((s for s in listing if s.state == S.COPY_SEGMENT_FINISHED and s.start_offset > end), None)
+                if nxt is None:
+                    return
+            yield nxt
+            end = nxt.end_offset
 
-    def _next_segment(self, tip, md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
-        return next(self._following(tip, md), None)
+    def _next_segment(self, tip, md: RemoteLogSegmentMetadata, lg=None) -> RemoteLogSegmentMetadata | None:
+        return next(self._following(tip, md, lg), None)
 
     async def read(self, tip, lg, offset: int, max_bytes: int, min_one: bool,
                    progress: list | None = None, slot: _ReaderSlot | None = None) -> list[memoryview]:
@@ -307,7 +326,7 @@ class RemoteLogReader:
                 return []                            # the first batch is larger than max_bytes (not min_one)
             if views:
                 return views
-            md = self._next_segment(tip, md)     # nothing at/after offset in this segment (e.g. compacted away)
+            md = self._next_segment(tip, md, lg)     # nothing at/after offset here (e.g. compacted away)
             if md is None:
                 break
         return []
@@ -321,7 +340,7 @@ class RemoteLogReader:
         out: list[AbortedTxn] = []
         md = self.segment_for_offset(tip, lg, start) if tip is not None else None
         ahead = [md] if md is not None else []      # segments whose index GETs were started, in order
-        following = self._following(tip, md) if md is not None else iter(())
+        following = self._following(tip, md, lg) if md is not None else iter(())
         while ahead:                 # a transaction's entry is in its marker's segment, which may come later
             while len(ahead) < TXN_INDEXES_AHEAD and (nxt := next(following, None)) is not None:
                 ahead.append(nxt)    # their GETs at once, not one store round trip after another
@@ -355,8 +374,9 @@ class RemoteLogReader:
 
     def _object(self, md: RemoteLogSegmentMetadata) -> RangedObject:
         """The segment's .log object for the ranged reads (remote_chunks.py); at its end, read-ahead goes on with the
-        next segment's indexes and first chunk. The RSM refuses a short answer (retriable), so a truncated GET fails
-        the read and is not cached."""
+        next segment's indexes and first chunk (the one starting first past its end, without the leader's epochs: where
+        segments overlap that may be one the reader will not read, which costs a read-ahead, not wrong data). The RSM
+        refuses a short answer (retriable), so a truncated GET fails the read and is not cached."""
         def after(window: int, count: int):
             nxt = self._next_segment(md.tip, md)
             if nxt is not None:

@@ -1,7 +1,9 @@
 """Aborted transactions of read_committed fetches from the remote tier (storage/tiered/remote_log_reader.py): the
 entry of a transaction is found in its marker's segment even when that segment comes after the one read, a segment
 without a `.txnindex` object has none, and any other error reading one fails the fetch instead of hiding aborted
-records (Kafka's RemoteIndexCache: only a missing resource is an empty index)."""
+records (Kafka's RemoteIndexCache: only a missing resource is an empty index). The walk over later segments
+follows the leader epochs, as Kafka's does: after a leadership change the store may hold overlapping segments of
+two leaders."""
 from __future__ import annotations
 
 import pytest
@@ -45,7 +47,7 @@ class _Reader(RemoteLogReader):
     def segment_for_offset(self, tip, lg, offset):
         return next((s for s in self.segments if s.start_offset <= offset <= s.end_offset), None)
 
-    def _following(self, tip, md):
+    def _following(self, tip, md, lg=None):
         return (s for s in self.segments if s.start_offset > md.end_offset)
 
 
@@ -64,9 +66,9 @@ async def test_an_unreadable_index_fails_the_fetch():
 
 
 def test_following_walks_the_chain_of_next_segments():
-    """`_following` (one listing for a whole walk) yields what asking for the next segment again and again gives:
-    the finished segment starting first past the end of the one before, over overlapping segments of other leader
-    epochs and segments not yet (or no longer) finished."""
+    """Without the leader's epochs, `_following` (one listing for a whole walk) yields what asking for the next
+    segment again and again gives: the finished segment starting first past the end of the one before, over
+    overlapping segments and segments not yet (or no longer) finished."""
     import random
 
     from storage.tiered.remote_log_metadata import RemoteLogSegmentState as S
@@ -103,3 +105,70 @@ def test_following_walks_the_chain_of_next_segments():
                 cur = next_one(segs, cur)
             assert list(r._following("t", md)) == want
             assert r._next_segment("t", md) is (want[0] if want else None)
+
+
+class _Epochs:
+    """A leader epoch cache: [(epoch, start offset)] ascending."""
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def epoch_for_offset(self, offset):
+        found = None
+        for epoch, start in self.entries:
+            if start <= offset:
+                found = epoch
+        return found
+
+
+async def test_the_walk_covers_every_offset_when_a_new_leader_tiered_segments_of_other_bounds():
+    """The old leader (epoch 0) tiered [0, 99] and [100, 199]. The new one (epoch 1 from 250), whose segments roll at
+    other offsets than its predecessor's, went on from offset 200 with its segment [100, 249], then [250, 349]: the
+    store holds [100, 199] and [100, 249]. A read_committed fetch of [50, 100) must find the aborted transaction whose
+    marker is at 220, in [100, 249] only. Going on with the segment starting first past the end skips [200, 249]
+    ([100, 199], then [250, 349]); Kafka's findNextSegmentMetadata asks for the segment holding the next offset in its
+    leader epoch, which covers every offset (the epoch's entry at 100 is the later copy)."""
+    import uuid
+
+    from storage.tiered.remote_log_metadata import (RemoteLogMetadataCache, RemoteLogSegmentId,
+                                                    RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
+                                                    TopicIdPartition)
+    from storage.tiered.remote_log_metadata import RemoteLogSegmentState as S
+
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    cache = RemoteLogMetadataCache(tip)
+    aborted = AbortedTxn(7, 90, 220, 221)        # producer 7 began at 90, aborted at 220
+    indexes = {}
+
+    def tier(start, end, epochs, ts, entries=()):
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tip), start, end, 0, 1, ts, 1000, epochs)
+        cache.add_copy_in_progress(md)
+        cache.update(RemoteLogSegmentMetadataUpdate(md.segment_id, ts, None, S.COPY_SEGMENT_FINISHED, 1))
+        indexes[md.segment_id.id] = b"".join(e.pack() for e in entries)
+
+    tier(0, 99, ((0, 0),), 1)
+    tier(100, 199, ((0, 100),), 2)
+    tier(100, 249, ((0, 100),), 3, [aborted])
+    tier(250, 349, ((1, 250),), 4)
+
+    class _Rlmm:
+        def list_remote_log_segments(self, tip):
+            return cache.list_segments()
+
+        def remote_log_segment_metadata(self, tip, epoch, offset):
+            return cache.segment_for(epoch, offset)
+
+    class _Rsm:
+        async def fetch_index(self, md, kind):
+            return indexes[md.segment_id.id]
+
+    class _Leader(_Log):
+        leader_epoch_cache = _Epochs([(0, 0), (1, 250)])
+
+    r = RemoteLogReader.__new__(RemoteLogReader)
+    r.rlmm, r.rsm = _Rlmm(), _Rsm()
+    r._indexes = _LruFutures(1 << 20, lambda x: x.size)
+    r.tip_of = lambda topic, partition: tip
+    assert await r.collect_aborted_transactions("t", 0, _Leader(), 50, 100) == [aborted]
+    first = r.segment_for_offset(tip, _Leader(), 50)
+    assert [(s.start_offset, s.end_offset) for s in r._following(tip, first, _Leader())] == [(100, 249), (250, 349)]

@@ -152,7 +152,7 @@ class _Reader(RemoteLogReader):
         self.reads = 0                   # reads under way, as the broker's read tasks count them
         self._ranged = RangedReads(self._chunks, self.rsm.gets, chunk_size, window, readers=lambda: self.reads)
 
-    def _following(self, tip, md):
+    def _following(self, tip, md, lg=None):
         return iter(())
 
 

@@ -167,7 +167,7 @@ class _TxnReader(RemoteLogReader):
     def segment_for_offset(self, tip, lg, offset):
         return self.md if self.md.start_offset <= offset <= self.md.end_offset else None
 
-    def _following(self, tip, md):
+    def _following(self, tip, md, lg=None):
         return iter(())
 
 
