@@ -319,6 +319,21 @@ class _EpochState:
             self.offsets.insert(i, offset)
             self.ids.insert(i, sid)
 
+    def finished(self, offset: int, sid: uuid.UUID, end: int) -> None:
+        """A segment holding this epoch's records [offset, end] was copied (Kafka's
+        handleSegmentWithCopySegmentFinishedState). A new leader, whose segments roll at other offsets than its
+        predecessor's, tiers a segment overlapping the ones tiered before, e.g. [50, 249] over [0, 99] and
+        [100, 199]: the entries from its start on that it covers to their end are dropped (unreferenced), so that the
+        segment holding an offset is the one that goes on furthest ([50, 249] for 100, not [100, 199], which ends
+        before 200)."""
+        while self.offsets and self.offsets[-1] >= offset and self.highest_log_offset is not None \
+                and self.highest_log_offset <= end:
+            self.offsets.pop()
+            self.unreferenced.add(self.ids.pop())
+        self.put(offset, sid)
+        self.unreferenced.discard(sid)
+        self.highest_log_offset = end if self.highest_log_offset is None else max(self.highest_log_offset, end)
+
     def remove(self, offset: int, sid: uuid.UUID) -> None:
         i = bisect.bisect_left(self.offsets, offset)
         if i < len(self.offsets) and self.offsets[i] == offset and self.ids[i] == sid:
@@ -363,12 +378,9 @@ class RemoteLogMetadataCache:
         S = RemoteLogSegmentState
         if u.state == S.COPY_SEGMENT_FINISHED:
             for i, (epoch, start) in enumerate(new.segment_leader_epochs):
-                st = self._epoch(epoch)
-                st.unreferenced.discard(sid)
-                st.put(start, sid)
                 end = (new.segment_leader_epochs[i + 1][1] - 1 if i + 1 < len(new.segment_leader_epochs)
                        else new.end_offset)
-                st.highest_log_offset = end if st.highest_log_offset is None else max(st.highest_log_offset, end)
+                self._epoch(epoch).finished(start, sid, end)
         elif u.state == S.DELETE_SEGMENT_STARTED:
             for epoch, start in new.segment_leader_epochs:
                 st = self._epoch(epoch)

@@ -338,6 +338,7 @@ class RemoteLogReader:
         read_committed Fetch served from the remote tier returns."""
         tip = self.tip_of(topic, partition)
         out: list[AbortedTxn] = []
+        seen: set[tuple[int, int]] = set()     # (producer id, first offset): overlapping segments index it twice
         md = self.segment_for_offset(tip, lg, start) if tip is not None else None
         ahead = [md] if md is not None else []      # segments whose index GETs were started, in order
         following = self._following(tip, md, lg) if md is not None else iter(())
@@ -349,11 +350,15 @@ class RemoteLogReader:
             # shared with other fetches; a cached index is taken as it is (the walk passes every later segment)
             index = index.result() if index.done() else await asyncio.shield(index)
             found, complete = collect_aborted(index.entries, start, upper)
-            out += found
+            for e in found:              # Kafka collects them in a set of (producer id, first offset)
+                if (e.producer_id, e.first_offset) not in seen:
+                    seen.add((e.producer_id, e.first_offset))
+                    out.append(e)
             if complete:
                 return out               # no later entry can overlap (Kafka's TxnIndexSearchResult)
-        seen = set(out)                  # a segment both uploaded and still local has its entries in both places
-        return out + [e for e in lg.collect_aborted_transactions(start, upper) if e not in seen]
+        # a segment both uploaded and still local has its entries in both places
+        return out + [e for e in lg.collect_aborted_transactions(start, upper)
+                      if (e.producer_id, e.first_offset) not in seen]
 
     def _txn_index(self, md: RemoteLogSegmentMetadata):
         async def load():

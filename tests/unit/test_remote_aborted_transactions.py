@@ -121,13 +121,9 @@ class _Epochs:
         return found
 
 
-async def test_the_walk_covers_every_offset_when_a_new_leader_tiered_segments_of_other_bounds():
-    """The old leader (epoch 0) tiered [0, 99] and [100, 199]. The new one (epoch 1 from 250), whose segments roll at
-    other offsets than its predecessor's, went on from offset 200 with its segment [100, 249], then [250, 349]: the
-    store holds [100, 199] and [100, 249]. A read_committed fetch of [50, 100) must find the aborted transaction whose
-    marker is at 220, in [100, 249] only. Going on with the segment starting first past the end skips [200, 249]
-    ([100, 199], then [250, 349]); Kafka's findNextSegmentMetadata asks for the segment holding the next offset in its
-    leader epoch, which covers every offset (the epoch's entry at 100 is the later copy)."""
+def _tiered(segments):
+    """A reader over a real RemoteLogMetadataCache holding `segments` [(start, end, epochs, aborted entries)], copied
+    in that order, and a leader whose epoch cache says epoch 0 from 0 and epoch 1 from 250."""
     import uuid
 
     from storage.tiered.remote_log_metadata import (RemoteLogMetadataCache, RemoteLogSegmentId,
@@ -137,19 +133,12 @@ async def test_the_walk_covers_every_offset_when_a_new_leader_tiered_segments_of
 
     tip = TopicIdPartition(uuid.uuid4(), "t", 0)
     cache = RemoteLogMetadataCache(tip)
-    aborted = AbortedTxn(7, 90, 220, 221)        # producer 7 began at 90, aborted at 220
     indexes = {}
-
-    def tier(start, end, epochs, ts, entries=()):
+    for ts, (start, end, epochs, entries) in enumerate(segments):
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tip), start, end, 0, 1, ts, 1000, epochs)
         cache.add_copy_in_progress(md)
         cache.update(RemoteLogSegmentMetadataUpdate(md.segment_id, ts, None, S.COPY_SEGMENT_FINISHED, 1))
         indexes[md.segment_id.id] = b"".join(e.pack() for e in entries)
-
-    tier(0, 99, ((0, 0),), 1)
-    tier(100, 199, ((0, 100),), 2)
-    tier(100, 249, ((0, 100),), 3, [aborted])
-    tier(250, 349, ((1, 250),), 4)
 
     class _Rlmm:
         def list_remote_log_segments(self, tip):
@@ -169,6 +158,34 @@ async def test_the_walk_covers_every_offset_when_a_new_leader_tiered_segments_of
     r.rlmm, r.rsm = _Rlmm(), _Rsm()
     r._indexes = _LruFutures(1 << 20, lambda x: x.size)
     r.tip_of = lambda topic, partition: tip
-    assert await r.collect_aborted_transactions("t", 0, _Leader(), 50, 100) == [aborted]
-    first = r.segment_for_offset(tip, _Leader(), 50)
-    assert [(s.start_offset, s.end_offset) for s in r._following(tip, first, _Leader())] == [(100, 249), (250, 349)]
+    return r, tip, _Leader()
+
+
+ABORTED = AbortedTxn(7, 90, 220, 221)           # producer 7 began at 90, aborted at 220
+
+
+@pytest.mark.parametrize("new_start", [100, 50], ids=["same-start", "earlier-start"])
+async def test_the_walk_covers_every_offset_when_a_new_leader_tiered_segments_of_other_bounds(new_start):
+    """The old leader (epoch 0) tiered [0, 99] and [100, 199]. The new one (epoch 1 from 250), whose segments roll at
+    other offsets than its predecessor's, went on from offset 200 with its segment [new_start, 249], then [250, 349].
+    A read_committed fetch of [20, 100) must find the aborted transaction whose marker is at 220, in the new leader's
+    segment only. Going on with the segment starting first past the end skips [200, 249] ([100, 199], then
+    [250, 349]); Kafka's findNextSegmentMetadata asks for the segment holding the next offset in its leader epoch,
+    and its epoch state drops the entries a later copy covers ([100, 199] once [50, 249] is in), so that the walk
+    covers every offset."""
+    r, tip, leader = _tiered([(0, 99, ((0, 0),), []), (100, 199, ((0, 100),), []),
+                              (new_start, 249, ((0, new_start),), [ABORTED]), (250, 349, ((1, 250),), [])])
+    assert await r.collect_aborted_transactions("t", 0, leader, 20, 100) == [ABORTED]
+    first = r.segment_for_offset(tip, leader, 20)
+    assert (first.start_offset, first.end_offset) == (0, 99)
+    assert [(s.start_offset, s.end_offset) for s in r._following(tip, first, leader)] == [(new_start, 249), (250, 349)]
+
+
+async def test_a_transaction_indexed_by_two_overlapping_segments_is_answered_once():
+    """The old leader's [100, 199] and the new leader's [150, 249] both hold the marker at 170, so both indexes list
+    producer 7's aborted transaction; the walk from [100, 199] goes on to [150, 249] (which holds 200). Kafka answers
+    each (producer id, first offset) once; a duplicate would make a consumer skip a later transaction's records."""
+    aborted = AbortedTxn(7, 110, 170, 171)
+    r, tip, leader = _tiered([(0, 99, ((0, 0),), []), (100, 199, ((0, 100),), [aborted]),
+                              (150, 249, ((0, 150),), [aborted]), (250, 349, ((1, 250),), [])])
+    assert await r.collect_aborted_transactions("t", 0, leader, 120, 190) == [aborted]

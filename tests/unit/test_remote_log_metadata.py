@@ -97,6 +97,22 @@ def test_state_transitions():
     assert not is_valid_transition(S.DELETE_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED)
 
 
+def test_a_later_copy_over_earlier_ones_of_its_epoch_takes_their_place():
+    """Kafka's RemoteLogLeaderEpochState: a new leader re-tiers a range the old one tiered with other segment bounds.
+    S0 [10, 90], then S1 [5, 100] and S2 [101, 200]: offset 95 is S1's (S0 ends before it), and so is 50; a copy that
+    ends before what is already there (S3 [120, 150]) takes nothing's place."""
+    c = RemoteLogMetadataCache(TIP)
+    s0, s1, s2, s3 = seg(10, 90), seg(5, 100), seg(101, 200), seg(120, 150)
+    for md in (s0, s1, s2, s3):
+        c.add_copy_in_progress(md)
+        c.update(update(md, S.COPY_SEGMENT_FINISHED))
+    assert c.segment_for(0, 95).segment_id == s1.segment_id
+    assert c.segment_for(0, 50).segment_id == s1.segment_id
+    assert c.segment_for(0, 130).segment_id == s3.segment_id and c.segment_for(0, 160) is None
+    assert c.highest_offset_for_epoch(0) == 200
+    assert len(c.list_segments()) == 4                           # still listed (and expired) as any segment
+
+
 def test_cache_lookups_by_epoch_and_offset():
     c = RemoteLogMetadataCache(TIP)
     a, b = seg(0, 99), seg(100, 249, epochs=((0, None), (1, 180)))
