@@ -107,25 +107,12 @@ def test_following_walks_the_chain_of_next_segments():
             assert r._next_segment("t", md) is (want[0] if want else None)
 
 
-class _Epochs:
-    """A leader epoch cache: [(epoch, start offset)] ascending."""
-
-    def __init__(self, entries):
-        self.entries = entries
-
-    def epoch_for_offset(self, offset):
-        found = None
-        for epoch, start in self.entries:
-            if start <= offset:
-                found = epoch
-        return found
-
-
-def _tiered(segments):
+def _tiered(segments, tmp_path):
     """A reader over a real RemoteLogMetadataCache holding `segments` [(start, end, epochs, aborted entries)], copied
     in that order, and a leader whose epoch cache says epoch 0 from 0 and epoch 1 from 250."""
     import uuid
 
+    from storage.log.leader_epoch import LeaderEpochFileCache
     from storage.tiered.remote_log_metadata import (RemoteLogMetadataCache, RemoteLogSegmentId,
                                                     RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
                                                     TopicIdPartition)
@@ -151,21 +138,23 @@ def _tiered(segments):
         async def fetch_index(self, md, kind):
             return indexes[md.segment_id.id]
 
-    class _Leader(_Log):
-        leader_epoch_cache = _Epochs([(0, 0), (1, 250)])
+    leader = _Log()
+    leader.leader_epoch_cache = LeaderEpochFileCache(tmp_path)
+    leader.leader_epoch_cache.assign(0, 0)
+    leader.leader_epoch_cache.assign(1, 250)
 
     r = RemoteLogReader.__new__(RemoteLogReader)
     r.rlmm, r.rsm = _Rlmm(), _Rsm()
     r._indexes = _LruFutures(1 << 20, lambda x: x.size)
     r.tip_of = lambda topic, partition: tip
-    return r, tip, _Leader()
+    return r, tip, leader
 
 
 ABORTED = AbortedTxn(7, 90, 220, 221)           # producer 7 began at 90, aborted at 220
 
 
 @pytest.mark.parametrize("new_start", [100, 50], ids=["same-start", "earlier-start"])
-async def test_the_walk_covers_every_offset_when_a_new_leader_tiered_segments_of_other_bounds(new_start):
+async def test_the_walk_covers_every_offset_when_a_new_leader_tiered_segments_of_other_bounds(new_start, tmp_path):
     """The old leader (epoch 0) tiered [0, 99] and [100, 199]. The new one (epoch 1 from 250), whose segments roll at
     other offsets than its predecessor's, went on from offset 200 with its segment [new_start, 249], then [250, 349].
     A read_committed fetch of [20, 100) must find the aborted transaction whose marker is at 220, in the new leader's
@@ -174,18 +163,18 @@ async def test_the_walk_covers_every_offset_when_a_new_leader_tiered_segments_of
     and its epoch state drops the entries a later copy covers ([100, 199] once [50, 249] is in), so that the walk
     covers every offset."""
     r, tip, leader = _tiered([(0, 99, ((0, 0),), []), (100, 199, ((0, 100),), []),
-                              (new_start, 249, ((0, new_start),), [ABORTED]), (250, 349, ((1, 250),), [])])
+                              (new_start, 249, ((0, new_start),), [ABORTED]), (250, 349, ((1, 250),), [])], tmp_path)
     assert await r.collect_aborted_transactions("t", 0, leader, 20, 100) == [ABORTED]
     first = r.segment_for_offset(tip, leader, 20)
     assert (first.start_offset, first.end_offset) == (0, 99)
     assert [(s.start_offset, s.end_offset) for s in r._following(tip, first, leader)] == [(new_start, 249), (250, 349)]
 
 
-async def test_a_transaction_indexed_by_two_overlapping_segments_is_answered_once():
+async def test_a_transaction_indexed_by_two_overlapping_segments_is_answered_once(tmp_path):
     """The old leader's [100, 199] and the new leader's [150, 249] both hold the marker at 170, so both indexes list
     producer 7's aborted transaction; the walk from [100, 199] goes on to [150, 249] (which holds 200). Kafka answers
     each (producer id, first offset) once; a duplicate would make a consumer skip a later transaction's records."""
     aborted = AbortedTxn(7, 110, 170, 171)
     r, tip, leader = _tiered([(0, 99, ((0, 0),), []), (100, 199, ((0, 100),), [aborted]),
-                              (150, 249, ((0, 150),), [aborted]), (250, 349, ((1, 250),), [])])
+                              (150, 249, ((0, 150),), [aborted]), (250, 349, ((1, 250),), [])], tmp_path)
     assert await r.collect_aborted_transactions("t", 0, leader, 120, 190) == [aborted]
