@@ -187,10 +187,13 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
     """Kafka's DelayedRemoteFetch: answer when the remote reads are done or after remote.fetch.max.wait.ms; a read
     still running then yields the whole batches it has read so far, or, with none, no records and no error (the
     client fetches the same offset again and gets the read's result); a failed one UNKNOWN_SERVER_ERROR (what Kafka
-    maps a RemoteStorageException to). See Partition.remote_read_result."""
+    maps a RemoteStorageException to). See Partition.remote_read_result. A read_committed Fetch's lookups of
+    aborted transactions share that deadline (Kafka makes them in the read task): see _remote_aborted."""
     remote = [w for w in wanted if w.remote is not None]
+    max_wait = remote[0].part.remote_fetch_max_wait
+    deadline = time.monotonic() + max_wait
     waited = time.perf_counter()
-    await asyncio.wait({w.remote for w in remote}, timeout=remote[0].part.remote_fetch_max_wait)
+    await asyncio.wait({w.remote for w in remote}, timeout=max_wait)
     if req is not None:
         req.busy_since += time.perf_counter() - waited
     committed = []                                      # (index, wanted) whose aborted transactions are needed
@@ -203,19 +206,43 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
         results[i] = (views, sum(len(v) for v in views))      # replaces the budget reserved by _read_all
         if read_committed and views and not w.error:
             committed.append((i, w))
-    if committed:               # every partition's at once: each may wait for transaction index GETs
-        found = await asyncio.gather(*(w.part.remote_aborted_transactions(w.fetch_offset, results[i][0])
-                                       for i, w in committed), return_exceptions=True)
-        for (i, w), aborted in zip(committed, found):
-            if not isinstance(aborted, BaseException):
-                w.aborted = aborted
-            elif isinstance(aborted, Exception):        # a remote index that cannot be read: as a failed read
-                log.warning("aborted transactions of %s-%d from the remote tier: %s", w.part.topic, w.index, aborted)
-                results[i], w.error = ((), 0), UNKNOWN_SERVER_ERROR
-            else:
-                raise aborted
+    if committed:
+        waited = time.perf_counter()
+        await _remote_aborted(committed, results, deadline - time.monotonic())
+        if req is not None:
+            req.busy_since += time.perf_counter() - waited     # waiting for the store is not handling
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener,
                    req=req)
+
+
+async def _remote_aborted(committed, results, timeout: float) -> None:
+    """The aborted transactions of the partitions read from the remote tier (`committed`: (index, wanted)), looked up
+    all at once: each may wait for transaction index GETs. What is not found by `timeout` (the Fetch's
+    remote.fetch.max.wait.ms, less the reads' time) answers no records and no error, as a read not done would: a slow
+    index must not hold the whole response (the other partitions', local ones too); the GETs go on into the index
+    cache for the client's retry of the same offset. A lookup that fails answers UNKNOWN_SERVER_ERROR and no records,
+    as a failed read."""
+    lookups = {asyncio.ensure_future(w.part.remote_aborted_transactions(w.fetch_offset, results[i][0])): (i, w)
+               for i, w in committed}
+    try:
+        # timeout 0 still lets a lookup finish that needs no GET (its first step runs before the timeout's)
+        done, _ = await asyncio.wait(lookups, timeout=max(timeout, 0.0))
+    finally:
+        for t in lookups:
+            t.cancel()                  # the index GETs are shared and shielded: only the walk stops
+    for t, (i, w) in lookups.items():
+        if t not in done:
+            w.part.remote.metrics.fetch_expires.inc()
+            results[i] = ((), 0)
+            continue
+        exc = t.exception()             # a lookup cancelled by someone else raises here, as before
+        if exc is None:
+            w.aborted = t.result()
+        elif isinstance(exc, Exception):          # a remote index that cannot be read: as a failed read
+            log.warning("aborted transactions of %s-%d from the remote tier: %s", w.part.topic, w.index, exc)
+            results[i], w.error = ((), 0), UNKNOWN_SERVER_ERROR
+        else:
+            raise exc
 
 
 def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool):

@@ -3,10 +3,14 @@ remote reads are in, every partition's aborted transactions are looked up at onc
 transaction index GET (20-50 ms on a real store), so one after another a Fetch of 32 remote partitions waited about a
 second (bench/tiered_fetch.py: every consumer's first fetch, confluent-kafka being read_committed by default). A
 lookup that fails answers that partition UNKNOWN_SERVER_ERROR and no records, as a failed read; the others are
-answered."""
+answered. The lookups share the Fetch's remote.fetch.max.wait.ms with the reads (Kafka makes them in its read task): one
+still waiting for the store then answers its partition no records and no error, and the rest of the response goes
+out."""
 from __future__ import annotations
 
 import asyncio
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,6 +21,14 @@ from storage.tiered.remote_log_metadata import RemoteStorageException
 PARTITIONS = 12
 
 
+class _Expires:
+    def __init__(self):
+        self.count = 0
+
+    def inc(self):
+        self.count += 1
+
+
 class _Part:
     """A partition whose remote read is done and whose aborted-transaction lookup waits for every other one to have
     started (all at once), or fails."""
@@ -25,6 +37,7 @@ class _Part:
 
     def __init__(self, index: int, started: list, everyone: asyncio.Event, fail: bool = False):
         self.index, self.started, self.everyone, self.fail = index, started, everyone, fail
+        self.remote = SimpleNamespace(metrics=SimpleNamespace(fetch_expires=_Expires()))
 
     def remote_read_result(self, offset, task):
         return task.result(), 0
@@ -77,3 +90,71 @@ async def test_a_failed_lookup_fails_its_partition_only(finish):
             assert (w.error, list(views), size) == (fetch.UNKNOWN_SERVER_ERROR, [], 0)
         else:
             assert w.error == 0 and w.aborted == [AbortedTxn(p, 10 * p, 10 * p + 1, 0)] and size > 0
+
+
+class _SlowIndexPart(_Part):
+    """A partition whose lookup needs no GET (its indexes are cached: it finishes without waiting), or, `held`, one
+    waiting for a transaction index GET the store does not answer."""
+
+    def __init__(self, index: int, held: asyncio.Event | None, max_wait: float, busy: float = 0.0):
+        super().__init__(index, [], asyncio.Event())
+        self.held, self.remote_fetch_max_wait, self.busy = held, max_wait, busy
+        self.cancelled = False
+
+    def remote_read_result(self, offset, task):
+        time.sleep(self.busy)           # the broker busy elsewhere meanwhile: the max wait passes
+        return super().remote_read_result(offset, task)
+
+    async def remote_aborted_transactions(self, offset, views):
+        if self.held is not None:
+            try:
+                await self.held.wait()
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+        return [AbortedTxn(self.index, offset, offset + 1, 0)]
+
+
+async def _slow_fetch(parts):
+    wanted, results = [], []
+    for part in parts:
+        w = fetch._Wanted(("t", part.index), "t", part.index, 10 * part.index, 1 << 20, -1)
+        w.part = part
+
+        w.remote = asyncio.ensure_future(_done([memoryview(b"batches of %d" % part.index)]))
+        wanted.append(w)
+        results.append(((), 1 << 20))
+    t0 = time.monotonic()
+    out = await asyncio.wait_for(fetch._remote_then_finish(None, 12, 0, wanted, results, False, True, False),
+                                 timeout=10)
+    return out, time.monotonic() - t0
+
+
+async def test_a_lookup_waiting_for_the_store_past_the_max_wait_answers_its_partition_nothing(finish):
+    """Before, the whole response waited for the slowest transaction index GET (here: for ever, and wait_for fails
+    the test); now the Fetch is answered at remote.fetch.max.wait.ms, the slow partition with no records and no
+    error (its client asks for the same offset again), the others with their records and aborted transactions."""
+    held = asyncio.Event()
+    parts = [_SlowIndexPart(p, held if p == 1 else None, max_wait=0.3) for p in range(3)]
+    (wanted, results), took = await _slow_fetch(parts)
+    assert took < 5
+    for p, (w, (views, size)) in enumerate(zip(wanted, results)):
+        if p == 1:
+            assert (w.error, list(views), size, w.aborted) == (0, [], 0, None)
+            assert w.part.remote.metrics.fetch_expires.count == 1
+        else:
+            assert w.error == 0 and [bytes(v) for v in views] == [b"batches of %d" % p]
+            assert w.aborted == [AbortedTxn(p, 10 * p, 10 * p + 1, 0)]
+    await asyncio.sleep(0)
+    assert parts[1].cancelled           # its walk stopped (the shared index GETs it waited for are shielded)
+
+
+async def test_lookups_needing_no_get_are_answered_when_the_max_wait_has_passed(finish):
+    """The max wait has passed by the time the lookups start (nothing of it left), yet lookups whose indexes are
+    cached finish at once and their partitions are answered with their records."""
+    parts = [_SlowIndexPart(p, None, max_wait=0.2, busy=0.3 if p == 0 else 0.0) for p in range(3)]
+    (wanted, results), took = await _slow_fetch(parts)
+    assert took >= 0.3
+    for p, (w, (views, size)) in enumerate(zip(wanted, results)):
+        assert w.error == 0 and [bytes(v) for v in views] == [b"batches of %d" % p]
+        assert w.aborted == [AbortedTxn(p, 10 * p, 10 * p + 1, 0)]
