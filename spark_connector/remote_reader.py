@@ -132,10 +132,11 @@ class RemoteReader:
             self.bytes += len(data)
             return data
 
-        def after(window: int, count: int) -> None:
+        def after(window: int, count: int) -> bool:
             nxt = following[0] if following else None
             if nxt is not None and nxt.key_prefix is not None and nxt.size >= 0 and nxt.start == nxt.segment_start:
-                self.reads.start(self._object(nxt.key_prefix + ".log", nxt.size, following[1:]), window, count)
+                return self.reads.start(self._object(nxt.key_prefix + ".log", nxt.size, following[1:]), window, count)
+            return True                     # nothing after this that is read as an object: nothing to request
         return RangedObject(key, size, fetch, after)
 
     def read(self, piece: Piece, builder, ts_lo: int | None = None, txn: tuple | None = None,

@@ -93,6 +93,7 @@ class ReadAhead:
     max_window: int = 32
     used: float = 0.0          # monotonic time of its last read
     finished: bool = False     # its reader asked for its last chunk (and goes on with the next object, if any)
+    past_end_for: tuple | None = None   # (chunk, window, chunks) whose read-ahead past the end was all requested
 
     def stalled(self) -> None:
         """The reader waited for a chunk already requested ahead: it reads faster than the window delivers."""
@@ -209,8 +210,13 @@ class ChunkCache:
         end = i + 1 + ra.window
         if self.read_ahead(parts, i + 1, end) and end > len(parts):
             past_end = getattr(parts, "past_end", None)
-            if past_end is not None:                 # at most PAST_END parts: each object after is a call deeper
-                past_end(ra.window, min(end - len(parts), PAST_END))
+            # once all requested for this chunk and window, not again at each of the reader's fetches within the
+            # chunk (finding the next objects costs more than the reads of the chunk do); at most PAST_END parts:
+            # each object after is a call deeper
+            done_for = (i, ra.window, len(parts))
+            if past_end is not None and ra.past_end_for != done_for:
+                if past_end(ra.window, min(end - len(parts), PAST_END)):
+                    ra.past_end_for = done_for
         return fut
 
     def read_ahead(self, parts, first: int, end: int) -> bool:
@@ -358,11 +364,12 @@ class RangedObject:
     """An object read in chunks: `key` names it in the cache (any hashable), `size` is its length, `fetch(start, end)`
     GETs bytes [start, end) (and refuses a short answer), `after(window, count)` is called when a read-ahead reaches
     past its end, with the reader's window and how many chunks of it fall past the end (to go on with what a
-    sequential reader wants next: the next segment)."""
+    sequential reader wants next: the next segment); it returns whether all of that was requested (RangedReads.start),
+    and is called again only if not or once the reader moves on."""
     key: object
     size: int
     fetch: Callable[[int, int], object]
-    after: Callable[[int, int], None] | None = None
+    after: Callable[[int, int], bool] | None = None
 
 
 class _Chunks:
@@ -457,15 +464,20 @@ class RangedReads:
         fut = self.cache.in_order(ra, chunks, i)
         return await (wait(fut) if wait is not None else asyncio.shield(fut))
 
-    def start(self, obj: RangedObject, window: int, count: int) -> None:
+    def start(self, obj: RangedObject, window: int, count: int) -> bool:
         """Read ahead the object's first `count` chunks for a sequential reader coming from the previous object,
         which it reads with its `window` (at least): the window carries over from one segment to the next, and into
-        the objects after this one when it is longer than this one (small segments, a wide window)."""
+        the objects after this one when it is longer than this one (small segments, a wide window). Whether all of
+        them were requested (not: the budget is full, or the objects after are not known)."""
         ra = self.read_ahead(obj.key, reading=False)
         ra.window = min(ra.max_window, max(ra.window, window))
         chunks = _Chunks(obj, ra.chunk_size)
-        if self.cache.read_ahead(chunks, 0, count) and count > len(chunks) and obj.after is not None:
-            obj.after(window, count - len(chunks))      # a window longer than this object goes on past it
+        if not self.cache.read_ahead(chunks, 0, count):
+            return False
+        if count <= len(chunks):
+            return True
+        # a window longer than this object goes on past it
+        return obj.after is not None and bool(obj.after(window, count - len(chunks)))
 
     async def range(self, obj: RangedObject, start: int, end: int, cur: list, wait=None) -> list[memoryview]:
         """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk;

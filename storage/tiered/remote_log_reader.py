@@ -382,11 +382,12 @@ class RemoteLogReader:
         next segment's indexes and first chunk (the one starting first past its end, without the leader's epochs: where
         segments overlap that may be one the reader will not read, which costs a read-ahead, not wrong data). The RSM
         refuses a short answer (retriable), so a truncated GET fails the read and is not cached."""
-        def after(window: int, count: int):
+        def after(window: int, count: int) -> bool:
             nxt = self._next_segment(md.tip, md)
-            if nxt is not None:
-                self._index(nxt)
-                self._ranged.start(self._object(nxt), window, count)
+            if nxt is None:
+                return True                     # none tiered yet: looked for again once the reader moves on
+            self._index(nxt)
+            return self._ranged.start(self._object(nxt), window, count)
         return RangedObject((md.tip, md.segment_id.id), md.segment_size_in_bytes,
                             lambda start, end: self.rsm.fetch_log_segment(md, start, end), after)
 

@@ -147,8 +147,7 @@ async def test_a_window_longer_than_an_object_reads_ahead_into_the_ones_after_it
             return b"x" * (end - start)
 
         def after(window, count, n=n):
-            if n + 1 < 10:
-                reads.start(objs.setdefault(n + 1, obj(n + 1)), window, count)
+            return n + 1 >= 10 or reads.start(objs.setdefault(n + 1, obj(n + 1)), window, count)
         return RangedObject(("seg", n), 2 * MiB, fetch, after)
     reads = RangedReads(ChunkCache(64 * MiB), GetEstimate(), MiB, 6)
     objs[0] = obj(0)
@@ -156,6 +155,31 @@ async def test_a_window_longer_than_an_object_reads_ahead_into_the_ones_after_it
     await asyncio.sleep(0.01)
     assert {n for n, _ in got} == {0, 1, 2, 3}        # chunk 0's window (1..6) spans segments 0-3
     assert len(got) == 7
+    await reads.close()
+
+
+async def test_a_reader_staying_in_a_chunk_looks_for_what_follows_the_object_once():
+    """A consumer takes a part of a chunk per fetch; finding the objects after this one (the next segment, from the
+    metadata) cost more than the read itself when it was done at every fetch. Once everything past the end was
+    requested it is not looked for again until the reader moves on to another chunk; if it was not all requested
+    (the budget was full, or `after` found nothing to read yet), it is tried again at the next fetch."""
+    calls: list[int] = []
+    answers = [False, True]                           # the first time, not all of it could be requested
+
+    async def fetch(start, end):
+        return b"x" * (end - start)
+
+    def after(window, count):
+        calls.append(count)
+        return answers.pop(0) if answers else True
+    reads = RangedReads(ChunkCache(64 * MiB), GetEstimate(), MiB, 6)
+    obj = RangedObject(("seg", 0), 3 * MiB, fetch, after)
+    for _ in range(4):                                # four fetches within chunk 0: tried, tried again, then done
+        await reads.chunk(obj, 0)
+    assert len(calls) == 2
+    await reads.chunk(obj, 1)                         # the reader moves on: its window reaches further past the end
+    await reads.chunk(obj, 1)
+    assert len(calls) == 3 and calls[-1] > calls[0]
     await reads.close()
 
 
