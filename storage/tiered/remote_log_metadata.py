@@ -16,7 +16,7 @@ of three unsigned varints (frame version 1, apiKey, message version 0) followed 
       StartOffset int64, EndOffset int64, BrokerId int32, MaxTimestampMs int64, EventTimestampMs int64,
       SegmentLeaderEpochs compact-array of { LeaderEpoch int32, Offset int64, tags },
       SegmentSizeInBytes int32, CustomMetadata compact-nullable-bytes, RemoteLogSegmentState int8,
-      tags (tag 0: TxnIndexEmpty bool)
+      tags (tag 0: TxnIndexEmpty bool, default false: absent in records of Kafka before KIP-1058)
   apiKey 1 RemoteLogSegmentMetadataUpdateRecord v0:
       RemoteLogSegmentId, BrokerId int32, EventTimestampMs int64, CustomMetadata, RemoteLogSegmentState int8, tags
   apiKey 2 RemotePartitionDeleteMetadataRecord v0:
@@ -210,7 +210,8 @@ def serialize(event) -> bytes:
             out += _I32.pack(epoch) + _I64.pack(offset) + b"\x00"
         out += _I32.pack(event.segment_size_in_bytes) + _nullable_bytes(event.custom_metadata)
         out += _I8.pack(int(event.state))
-        out += b"\x01" + uvarint(0) + uvarint(1) + (b"\x01" if event.txn_index_empty else b"\x00")  # tag 0
+        # tag 0, TxnIndexEmpty: written only when true, as Kafka writes a tagged field only when not its default
+        out += b"\x01\x00\x01\x01" if event.txn_index_empty else b"\x00"
         return bytes(out)
     if isinstance(event, RemoteLogSegmentMetadataUpdate):
         return (_frame(SEGMENT_UPDATE_API_KEY) + _segment_id(event.segment_id) + _I32.pack(event.broker_id)
@@ -240,7 +241,7 @@ def deserialize(data) -> RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpda
                 r.tags()
             size, custom, state = r.i32(), r.cbytes(nullable=True), RemoteLogSegmentState(r.i8())
             tags = r.tags()
-            txn_empty = tags[0] != b"\x00" if 0 in tags else True
+            txn_empty = tags[0] != b"\x00" if 0 in tags else False     # absent: Kafka's default (KIP-1058)
             return RemoteLogSegmentMetadata(sid, start, end, max_ts, broker, event_ts, size, tuple(epochs), state,
                                             custom, txn_empty)
         if api_key == SEGMENT_UPDATE_API_KEY:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -60,6 +61,11 @@ def test_segment_records_round_trip_and_layout():
             + b"\x01\x00\x01\x01")                              # tagged field 0 TxnIndexEmpty=true
     assert data[3:] == body
     assert deserialize(data) == md
+    # a segment with a transaction index: the tag left out, as Kafka leaves out a tagged field at its default
+    with_txn = replace(md, txn_index_empty=False)
+    assert serialize(with_txn)[3:] == body[:-4] + b"\x00"
+    # and a record without the tag (Kafka before KIP-1058) reads as "may have one", Kafka's default
+    assert deserialize(serialize(with_txn)) == with_txn
     u = RemoteLogSegmentMetadataUpdate(md.segment_id, 99, b"custom", S.COPY_SEGMENT_FINISHED, 1)
     raw = serialize(u)
     assert raw[:3] == b"\x01\x01\x00" and deserialize(raw) == u
