@@ -187,62 +187,101 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
     """Kafka's DelayedRemoteFetch: answer when the remote reads are done or after remote.fetch.max.wait.ms; a read
     still running then yields the whole batches it has read so far, or, with none, no records and no error (the
     client fetches the same offset again and gets the read's result); a failed one UNKNOWN_SERVER_ERROR (what Kafka
-    maps a RemoteStorageException to). See Partition.remote_read_result. A read_committed Fetch's lookups of
-    aborted transactions share that deadline (Kafka makes them in the read task): see _remote_aborted."""
+    maps a RemoteStorageException to). See Partition.remote_read_result.
+
+    read_committed: each partition's aborted transactions are looked up as soon as its own read is done (Kafka does
+    it in the read task), within the same deadline, so that a slow read of one partition does not take the time of
+    another's lookup, which may wait for transaction index GETs. A read done whose lookup is still waiting for the
+    store then answers no records and no error and stays registered for the client's retry (its index GETs go on
+    into the cache): a slow index never holds the whole response."""
     remote = [w for w in wanted if w.remote is not None]
     max_wait = remote[0].part.remote_fetch_max_wait
     deadline = time.monotonic() + max_wait
-    waited = time.perf_counter()
-    await asyncio.wait({w.remote for w in remote}, timeout=max_wait)
-    if req is not None:
-        req.busy_since += time.perf_counter() - waited
-    committed = []                                      # (index, wanted) whose aborted transactions are needed
-    for i, w in enumerate(wanted):
-        task = w.remote
-        if task is None:
-            continue
-        w.remote = None
-        views, w.error = w.part.remote_read_result(w.fetch_offset, task)
-        results[i] = (views, sum(len(v) for v in views))      # replaces the budget reserved by _read_all
-        if read_committed and views and not w.error:
-            committed.append((i, w))
-    if committed:
+    lookups = {id(w): asyncio.ensure_future(_read_then_aborted(w)) for w in remote} if read_committed else {}
+    try:
         waited = time.perf_counter()
-        await _remote_aborted(committed, results, deadline - time.monotonic())
+        await asyncio.wait(set(lookups.values()) or {w.remote for w in remote}, timeout=max_wait)
         if req is not None:
-            req.busy_since += time.perf_counter() - waited     # waiting for the store is not handling
+            req.busy_since += time.perf_counter() - waited
+        partial = []                              # (index, wanted): partial reads, whose lookups have not started
+        for i, w in enumerate(wanted):
+            task = w.remote
+            if task is None:
+                continue
+            w.remote = None
+            lookup = lookups.get(id(w))
+            if lookup is not None and task.done() and not lookup.done():
+                w.part.remote.metrics.fetch_expires.inc()
+                results[i] = ((), 0)              # the read stays registered (not consumed) for the retry
+                continue
+            views, w.error = w.part.remote_read_result(w.fetch_offset, task)
+            results[i] = (views, sum(len(v) for v in views))      # replaces the budget reserved by _read_all
+            if lookup is None or not views or w.error:
+                continue
+            if lookup.done():
+                _take_aborted(i, w, results, lookup)
+            else:
+                partial.append((i, w))
+        if partial:
+            waited = time.perf_counter()
+            await _remote_aborted(partial, results, deadline - time.monotonic())
+            if req is not None:
+                req.busy_since += time.perf_counter() - waited     # waiting for the store is not handling
+    finally:
+        _settle(lookups.values())
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener,
                    req=req)
 
 
-async def _remote_aborted(committed, results, timeout: float) -> None:
-    """The aborted transactions of the partitions read from the remote tier (`committed`: (index, wanted)), looked up
-    all at once: each may wait for transaction index GETs. What is not found by `timeout` (the Fetch's
-    remote.fetch.max.wait.ms, less the reads' time) answers no records and no error, as a read not done would: a slow
-    index must not hold the whole response (the other partitions', local ones too); the GETs go on into the index
-    cache for the client's retry of the same offset. A lookup that fails answers UNKNOWN_SERVER_ERROR and no records,
-    as a failed read."""
+async def _read_then_aborted(w):
+    """The aborted transactions of `w`'s remote read once it is done (None: it failed or read nothing). Waiting
+    never cancels the read: a Fetch that stops waiting leaves it to Partition.remote_read_result."""
+    task = w.remote
+    await asyncio.wait({task})
+    if task.cancelled() or task.exception() is not None or not task.result():
+        return None
+    return await w.part.remote_aborted_transactions(w.fetch_offset, task.result())
+
+
+async def _remote_aborted(partial, results, timeout: float) -> None:
+    """The aborted transactions of the whole batches a read not done by the deadline answers (`partial`: (index,
+    wanted)), looked up all at once: with what is left of the deadline, usually nothing, those whose transaction
+    indexes are cached are found (timeout 0 still lets a lookup that needs no GET finish: its first step runs before
+    the timeout's). The others answer no records and no error (already counted as expired by remote_read_result)."""
     lookups = {asyncio.ensure_future(w.part.remote_aborted_transactions(w.fetch_offset, results[i][0])): (i, w)
-               for i, w in committed}
+               for i, w in partial}
     try:
-        # timeout 0 still lets a lookup finish that needs no GET (its first step runs before the timeout's)
         done, _ = await asyncio.wait(lookups, timeout=max(timeout, 0.0))
+        for t, (i, w) in lookups.items():
+            if t in done:
+                _take_aborted(i, w, results, t)
+            else:
+                results[i] = ((), 0)
     finally:
-        for t in lookups:
-            t.cancel()                  # the index GETs are shared and shielded: only the walk stops
-    for t, (i, w) in lookups.items():
-        if t not in done:
-            w.part.remote.metrics.fetch_expires.inc()
-            results[i] = ((), 0)
-            continue
-        exc = t.exception()             # a lookup cancelled by someone else raises here, as before
-        if exc is None:
-            w.aborted = t.result()
-        elif isinstance(exc, Exception):          # a remote index that cannot be read: as a failed read
-            log.warning("aborted transactions of %s-%d from the remote tier: %s", w.part.topic, w.index, exc)
-            results[i], w.error = ((), 0), UNKNOWN_SERVER_ERROR
-        else:
-            raise exc
+        _settle(lookups)
+
+
+def _take_aborted(i: int, w, results, lookup: asyncio.Future) -> None:
+    """A finished lookup's answer: `w.aborted`, or, where the index could not be read, UNKNOWN_SERVER_ERROR and no
+    records, as a failed read. A lookup cancelled by someone else raises here."""
+    exc = lookup.exception()
+    if exc is None:
+        w.aborted = lookup.result()
+    elif isinstance(exc, Exception):
+        log.warning("aborted transactions of %s-%d from the remote tier: %s", w.part.topic, w.index, exc)
+        results[i], w.error = ((), 0), UNKNOWN_SERVER_ERROR
+    else:
+        raise exc
+
+
+def _settle(tasks) -> None:
+    """Cancel the lookups not done (the index GETs are shared and shielded: only the walks stop) and take the
+    exceptions of those done, which a Fetch cancelled meanwhile (its connection closed) would leave unretrieved."""
+    for t in tasks:
+        if not t.done():
+            t.cancel()
+        elif not t.cancelled():
+            t.exception()
 
 
 def _follower_fetch(broker, version, body, wanted, replica_id: int, by_id: bool):

@@ -93,19 +93,36 @@ async def test_a_failed_lookup_fails_its_partition_only(finish):
 
 
 class _SlowIndexPart(_Part):
-    """A partition whose lookup needs no GET (its indexes are cached: it finishes without waiting), or, `held`, one
-    waiting for a transaction index GET the store does not answer."""
+    """A partition whose read is done at once, never ("never"), or never but with whole batches read so far
+    ("partial"), and whose lookup needs no GET (its indexes are cached: it finishes without waiting) or, `held`, waits
+    for a transaction index GET until the event is set, or for `get_time` seconds. Its remote_read_result is Partition's for a stub read."""
 
-    def __init__(self, index: int, held: asyncio.Event | None, max_wait: float, busy: float = 0.0):
+    def __init__(self, index: int, held: asyncio.Event | None, max_wait: float, read: str = "done",
+                 get_time: float = 0.0):
         super().__init__(index, [], asyncio.Event())
-        self.held, self.remote_fetch_max_wait, self.busy = held, max_wait, busy
+        self.held, self.remote_fetch_max_wait, self.read, self.get_time = held, max_wait, read, get_time
         self.cancelled = False
+        self.results_taken = 0
+
+    def start_read(self):
+        if self.read == "done":
+            return asyncio.ensure_future(_done([memoryview(b"batches of %d" % self.index)]))
+        task = asyncio.ensure_future(asyncio.Event().wait())
+        task.progress = [memoryview(b"part of %d" % self.index)] if self.read == "partial" else []
+        return task
 
     def remote_read_result(self, offset, task):
-        time.sleep(self.busy)           # the broker busy elsewhere meanwhile: the max wait passes
-        return super().remote_read_result(offset, task)
+        self.results_taken += 1
+        if not task.done():
+            self.remote.metrics.fetch_expires.inc()
+            partial = list(task.progress)
+            task.cancel()
+            return partial, 0
+        return task.result(), 0
 
     async def remote_aborted_transactions(self, offset, views):
+        if self.get_time:
+            await asyncio.sleep(self.get_time)      # an index GET, from when the lookup starts
         if self.held is not None:
             try:
                 await self.held.wait()
@@ -120,8 +137,7 @@ async def _slow_fetch(parts):
     for part in parts:
         w = fetch._Wanted(("t", part.index), "t", part.index, 10 * part.index, 1 << 20, -1)
         w.part = part
-
-        w.remote = asyncio.ensure_future(_done([memoryview(b"batches of %d" % part.index)]))
+        w.remote = part.start_read()
         wanted.append(w)
         results.append(((), 1 << 20))
     t0 = time.monotonic()
@@ -130,10 +146,16 @@ async def _slow_fetch(parts):
     return out, time.monotonic() - t0
 
 
+def _answered(w, views, p, what=b"batches of %d"):
+    return w.error == 0 and [bytes(v) for v in views] == [what % p] and \
+        w.aborted == [AbortedTxn(p, 10 * p, 10 * p + 1, 0)]
+
+
 async def test_a_lookup_waiting_for_the_store_past_the_max_wait_answers_its_partition_nothing(finish):
     """Before, the whole response waited for the slowest transaction index GET (here: for ever, and wait_for fails
     the test); now the Fetch is answered at remote.fetch.max.wait.ms, the slow partition with no records and no
-    error (its client asks for the same offset again), the others with their records and aborted transactions."""
+    error (its client asks for the same offset again, and its finished read, left registered, answers it), the others
+    with their records and aborted transactions."""
     held = asyncio.Event()
     parts = [_SlowIndexPart(p, held if p == 1 else None, max_wait=0.3) for p in range(3)]
     (wanted, results), took = await _slow_fetch(parts)
@@ -142,19 +164,37 @@ async def test_a_lookup_waiting_for_the_store_past_the_max_wait_answers_its_part
         if p == 1:
             assert (w.error, list(views), size, w.aborted) == (0, [], 0, None)
             assert w.part.remote.metrics.fetch_expires.count == 1
+            assert w.part.results_taken == 0            # the read is not consumed: the retry gets it
         else:
-            assert w.error == 0 and [bytes(v) for v in views] == [b"batches of %d" % p]
-            assert w.aborted == [AbortedTxn(p, 10 * p, 10 * p + 1, 0)]
+            assert _answered(w, views, p)
     await asyncio.sleep(0)
     assert parts[1].cancelled           # its walk stopped (the shared index GETs it waited for are shielded)
 
 
-async def test_lookups_needing_no_get_are_answered_when_the_max_wait_has_passed(finish):
-    """The max wait has passed by the time the lookups start (nothing of it left), yet lookups whose indexes are
-    cached finish at once and their partitions are answered with their records."""
-    parts = [_SlowIndexPart(p, None, max_wait=0.2, busy=0.3 if p == 0 else 0.0) for p in range(3)]
+async def test_a_slow_read_of_one_partition_leaves_another_time_for_its_lookup(finish):
+    """Partition 0's read is done at once and its lookup needs a 50 ms index GET; partition 1's read never ends.
+    Looked up only once every read was done or the max wait had passed, partition 0's lookup had no time left and
+    its records were dropped; started as soon as its own read is done (Kafka does it in the read task), it is
+    answered."""
+    parts = [_SlowIndexPart(0, None, max_wait=0.5, get_time=0.05),
+             _SlowIndexPart(1, None, max_wait=0.5, read="never")]
+    (wanted, results), _ = await _slow_fetch(parts)
+    assert _answered(wanted[0], results[0][0], 0)
+    assert (wanted[1].error, list(results[1][0]), wanted[1].aborted) == (0, [], None)
+
+
+@pytest.mark.parametrize("cached", [True, False])
+async def test_a_partial_read_at_the_max_wait_is_answered_if_its_indexes_are_cached(finish, cached):
+    """A read still running at the deadline answers the whole batches it has read so far: with no time left, their
+    aborted transactions are found if no GET is needed, else the partition answers nothing; it counts as one
+    expired read either way."""
+    parts = [_SlowIndexPart(0, None if cached else asyncio.Event(), max_wait=0.2, read="partial"),
+             _SlowIndexPart(1, None, max_wait=0.2)]
     (wanted, results), took = await _slow_fetch(parts)
-    assert took >= 0.3
-    for p, (w, (views, size)) in enumerate(zip(wanted, results)):
-        assert w.error == 0 and [bytes(v) for v in views] == [b"batches of %d" % p]
-        assert w.aborted == [AbortedTxn(p, 10 * p, 10 * p + 1, 0)]
+    assert took >= 0.2
+    if cached:
+        assert _answered(wanted[0], results[0][0], 0, b"part of %d")
+    else:
+        assert (wanted[0].error, list(results[0][0]), wanted[0].aborted) == (0, [], None)
+    assert parts[0].remote.metrics.fetch_expires.count == 1
+    assert _answered(wanted[1], results[1][0], 1)
