@@ -93,7 +93,7 @@ class ReadAhead:
     max_window: int = 32
     used: float = 0.0          # monotonic time of its last read
     finished: bool = False     # its reader asked for its last chunk (and goes on with the next object, if any)
-    past_end_for: tuple | None = None   # (chunk, window, chunks) whose read-ahead past the end was all requested
+    past_end_for: tuple | None = None   # (chunk, window, chunk size, chunks): read-ahead past the end all requested
 
     def stalled(self) -> None:
         """The reader waited for a chunk already requested ahead: it reads faster than the window delivers."""
@@ -213,7 +213,7 @@ class ChunkCache:
             # once all requested for this chunk and window, not again at each of the reader's fetches within the
             # chunk (finding the next objects costs more than the reads of the chunk do); at most PAST_END parts:
             # each object after is a call deeper
-            done_for = (i, ra.window, len(parts))
+            done_for = (i, ra.window, ra.chunk_size, len(parts))
             if past_end is not None and ra.past_end_for != done_for:
                 if past_end(ra.window, min(end - len(parts), PAST_END)):
                     ra.past_end_for = done_for

@@ -132,7 +132,7 @@ class RemoteLogSegmentMetadata:
     segment_leader_epochs: tuple[tuple[int, int], ...]   # (epoch, start offset) ascending
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
     custom_metadata: bytes | None = None
-    txn_index_empty: bool = True
+    txn_index_empty: bool = False      # KIP-1058; false (Kafka's default) says the segment may have aborted txns
 
     @property
     def tip(self) -> TopicIdPartition:

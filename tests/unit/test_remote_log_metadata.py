@@ -50,7 +50,7 @@ def test_partition_delete_record_bytes_match_kafkas_layout():
 
 
 def test_segment_records_round_trip_and_layout():
-    md = seg(100, 199, epochs=((2, None), (5, 150)), size=4096, max_ts=77)
+    md = replace(seg(100, 199, epochs=((2, None), (5, 150)), size=4096, max_ts=77), txn_index_empty=True)
     data = serialize(md)
     assert data[:3] == b"\x01\x00\x00"
     sid = md.segment_id.id.bytes
