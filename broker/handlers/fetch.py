@@ -197,7 +197,7 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
     remote = [w for w in wanted if w.remote is not None]
     max_wait = remote[0].part.remote_fetch_max_wait
     deadline = time.monotonic() + max_wait
-    lookups = {id(w): asyncio.ensure_future(_read_then_aborted(w)) for w in remote} if read_committed else {}
+    lookups = {w: asyncio.ensure_future(_read_then_aborted(w)) for w in remote} if read_committed else {}
     try:
         waited = time.perf_counter()
         await asyncio.wait(set(lookups.values()) or {w.remote for w in remote}, timeout=max_wait)
@@ -209,7 +209,7 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
             if task is None:
                 continue
             w.remote = None
-            lookup = lookups.get(id(w))
+            lookup = lookups.get(w)
             if lookup is not None and task.done() and not lookup.done():
                 w.part.remote.metrics.fetch_expires.inc()
                 results[i] = ((), 0)              # the read stays registered (not consumed) for the retry

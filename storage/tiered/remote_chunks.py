@@ -468,7 +468,7 @@ class RangedReads:
         """Read ahead the object's first `count` chunks for a sequential reader coming from the previous object,
         which it reads with its `window` (at least): the window carries over from one segment to the next, and into
         the objects after this one when it is longer than this one (small segments, a wide window). Whether all of
-        them were requested (not: the budget is full, or the objects after are not known)."""
+        them were requested (not while the budget is full; nothing past the last object is all of it)."""
         ra = self.read_ahead(obj.key, reading=False)
         ra.window = min(ra.max_window, max(ra.window, window))
         chunks = _Chunks(obj, ra.chunk_size)
@@ -477,7 +477,7 @@ class RangedReads:
         if count <= len(chunks):
             return True
         # a window longer than this object goes on past it
-        return obj.after is not None and bool(obj.after(window, count - len(chunks)))
+        return obj.after is None or bool(obj.after(window, count - len(chunks)))
 
     async def range(self, obj: RangedObject, start: int, end: int, cur: list, wait=None) -> list[memoryview]:
         """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk;

@@ -162,7 +162,7 @@ async def test_a_reader_staying_in_a_chunk_looks_for_what_follows_the_object_onc
     """A consumer takes a part of a chunk per fetch; finding the objects after this one (the next segment, from the
     metadata) cost more than the read itself when it was done at every fetch. Once everything past the end was
     requested it is not looked for again until the reader moves on to another chunk; if it was not all requested
-    (the budget was full, or `after` found nothing to read yet), it is tried again at the next fetch."""
+    (the budget was full), it is tried again at the next fetch."""
     calls: list[int] = []
     answers = [False, True]                           # the first time, not all of it could be requested
 
