@@ -6,9 +6,10 @@ reader that waits for one chunk at a time reads at a fraction of the local log's
 - `GetEstimate` fits `time = latency + bytes / bandwidth` to the store's recent GETs (chunks, indexes and the short
   last chunk of each segment give it different sizes), so the reader knows the store it is on.
 - `ReadAhead` is one segment's sequential reader state: a chunk size chosen from the estimate (large enough that the
-  first byte's latency is a third of a GET at most) and a window of chunks requested ahead of the reader, which
-  doubles whenever the reader has to wait for a chunk that was already on its way (the window was too short for the
-  reader's pace). Read-ahead happens only on a read, so it stops when the reader stops.
+  first byte's latency is half of a GET at most; the next segments a reader reads ahead into keep it) and a window
+  of chunks requested ahead of the reader, which grows whenever the reader has to wait for a chunk that was already
+  on its way (the window was too short for the reader's pace): to a GET's time at that pace once the store is
+  known, else twice as wide. Read-ahead happens only on a read, so it stops when the reader stops.
 - `ChunkCache` holds chunks, in flight and done, within `remote.fetch.max.memory.bytes`: a read-ahead is only started
   while bytes in flight plus chunks fetched ahead and not yet read fit the budget, a reader's own GET waits while
   the GETs under way already take the whole budget, and done chunks are evicted least recently used first. Chunks
@@ -75,13 +76,15 @@ class GetEstimate:
         return self._last
 
     def chunk_size(self, default: int) -> int:
-        """A chunk for which the first byte's latency is at most a third of the GET: 2 x bandwidth x latency bytes,
-        a power of two within [MIN_CHUNK, MAX_CHUNK]; `default` until the store is known."""
+        """A chunk for which the first byte's latency is at most half of the GET: bandwidth x latency bytes, a power
+        of two within [MIN_CHUNK, MAX_CHUNK]; `default` until the store is known. Not larger: a GET holds its chunk's
+        memory for all of its time, so the budget keeps a reader fed at (budget / GET time), which falls as chunks
+        grow; a GET's request costs little beside that (a fraction of a cent per GB on S3)."""
         fit = self.fit()
         if fit is None:
             return default
         latency, bandwidth = fit
-        want = 2 * bandwidth * latency
+        want = bandwidth * latency
         return min(MAX_CHUNK, max(MIN_CHUNK, 1 << max(0, math.ceil(math.log2(max(want, 1))))))
 
 
@@ -94,10 +97,23 @@ class ReadAhead:
     used: float = 0.0          # monotonic time of its last read
     finished: bool = False     # its reader asked for its last chunk (and goes on with the next object, if any)
     past_end_for: tuple | None = None   # (chunk, window, chunk size, chunks): read-ahead past the end all requested
+    gets: GetEstimate | None = None     # the store's GETs, to size the window from the reader's pace
+    reading: int = -1          # the chunk the reader has (RangedReads.chunk) ...
+    got_at: float = 0.0        # ... and the monotonic time it got it
 
     def stalled(self) -> None:
-        """The reader waited for a chunk already requested ahead: it reads faster than the window delivers."""
-        self.window = min(self.max_window, self.window * 2)
+        """The reader waited for a chunk already requested ahead: it reads faster than the window delivers. The
+        window doubles or, once the store's GETs are known, grows at once to a GET's time at the reader's pace (the
+        time it took over its previous chunk) and one more: a reader starting at a store tens of milliseconds away
+        would otherwise wait again at each doubling."""
+        want = self.window * 2
+        fit = self.gets.fit() if self.gets is not None and self.got_at else None
+        if fit is not None:
+            latency, bandwidth = fit
+            pace = time.monotonic() - self.got_at
+            if pace > 0:
+                want = max(want, math.ceil((latency + self.chunk_size / bandwidth) / pace) + 1)
+        self.window = min(self.max_window, want)
 
 
 @dataclass(eq=False)
@@ -373,11 +389,20 @@ class RangedObject:
 
 
 class _Chunks:
-    """An object's chunks of `cs` bytes as the parts ChunkCache.in_order reads."""
+    """An object's chunks of `cs` bytes as the parts ChunkCache.in_order reads. A read-ahead past the object's end
+    goes on in the chunk size of this one (`reads.carry`): the reader is the same, and its window counts chunks."""
 
-    def __init__(self, obj: RangedObject, cs: int):
-        self.obj, self.cs = obj, cs
-        self.past_end = obj.after
+    def __init__(self, obj: RangedObject, cs: int, reads: "RangedReads"):
+        self.obj, self.cs, self.reads = obj, cs, reads
+        if obj.after is None:
+            self.past_end = None
+
+    def past_end(self, window: int, count: int) -> bool:
+        self.reads.carry = self.cs
+        try:
+            return self.obj.after(window, count)
+        finally:
+            self.reads.carry = 0
 
     def __len__(self) -> int:
         return -(-self.obj.size // self.cs)
@@ -398,6 +423,7 @@ class RangedReads:
         self.readers = readers          # how many reads are under way, when the caller knows (they share the budget)
         self.default_chunk, self.first_window, self.max_objects = default_chunk, first_window, max_objects
         self.read_aheads: OrderedDict[object, ReadAhead] = OrderedDict()
+        self.carry = 0                  # the chunk size of the object whose reader reads ahead into the next (_Chunks)
 
     def streams(self, now: float) -> int:
         """Objects read within the last ACTIVE seconds (the most recently read are last in `read_aheads`), or the
@@ -412,18 +438,18 @@ class RangedReads:
 
     def read_ahead(self, key, reading: bool = True) -> ReadAhead:
         """The object's reading state, made at its first read. Its chunk size comes from what the store showed so far
-        (GetEstimate.chunk_size), and both the chunk size and the window are kept within the object's share of the
-        read-ahead budget (three quarters of it, split between the objects being read): a chunk at most a sixth of
-        the share, so that the reader's own chunk and five ahead fit it (enough ahead that a reader consuming a part
-        of a chunk per fetch finds the next one there). With many objects read at once (a consumer
-        catching up on many partitions) the chunks get smaller rather than evicting each other's read-ahead; a
+        (GetEstimate.chunk_size), or is that of the object before it when its reader reads ahead into it, and both
+        the chunk size and the window are kept within the object's share of the read-ahead budget (three quarters
+        of it, split between the objects being read): a chunk at most a sixth of the share, so that the reader's own
+        chunk and five ahead fit it (enough ahead that a reader consuming a part of a chunk per fetch finds the next
+        one there). With many objects read at once (a consumer catching up on many partitions) the chunks get smaller rather than evicting each other's read-ahead; a
         smaller chunk size applies from the reader's next chunk (a larger one only to objects read later).
         `reading=False`: a reader of the previous object reads ahead into this one; it is the same reader, not one
         more sharing the budget, until it comes to read here."""
         now = time.monotonic()
         ra = self.read_aheads.get(key)
         if ra is None:
-            ra = self.read_aheads[key] = ReadAhead(0, self.first_window)
+            ra = self.read_aheads[key] = ReadAhead(0, self.first_window, gets=self.estimate)
             if not reading:              # not read yet: with the objects not read lately (streams() stops at them)
                 self.read_aheads.move_to_end(key, last=False)
             elif len(self.read_aheads) > self.max_objects:
@@ -436,7 +462,7 @@ class RangedReads:
         fit = 1 << max(0, (share // SHARE_CHUNKS).bit_length() - 1)     # a power of two, a sixth of the share
         fit = max(fit, MIN_SHARED_CHUNK)
         if ra.chunk_size == 0:
-            ra.chunk_size = min(self.estimate.chunk_size(self.default_chunk), fit)
+            ra.chunk_size = min(self.carry or self.estimate.chunk_size(self.default_chunk), fit)
         elif fit <= ra.chunk_size // 2:            # more readers now: smaller (never larger: that refetches bytes)
             self.cache.drop(lambda k, old=(key, ra.chunk_size): k[:2] == old, unread_only=True)
             ra.chunk_size = fit                     # what it read ahead in the old size will not be read: freed
@@ -459,10 +485,13 @@ class RangedReads:
         that is cancelled must not cancel a GET other readers share. `wait(future)`, when given, is how the reader
         waits for its chunk, shielded too (the broker's reader gives its pool slot back while it is not there)."""
         ra = ra or self.read_ahead(obj.key)
-        chunks = _Chunks(obj, ra.chunk_size)
+        chunks = _Chunks(obj, ra.chunk_size, self)
         ra.finished = i + 1 >= len(chunks)       # a reader at its last chunk no longer takes a share of the budget
         fut = self.cache.in_order(ra, chunks, i)
-        return await (wait(fut) if wait is not None else asyncio.shield(fut))
+        data = await (wait(fut) if wait is not None else asyncio.shield(fut))
+        if ra.reading != i:                      # the reader's pace: from here to its stall at a later chunk
+            ra.reading, ra.got_at = i, time.monotonic()
+        return data
 
     def start(self, obj: RangedObject, window: int, count: int) -> bool:
         """Read ahead the object's first `count` chunks for a sequential reader coming from the previous object,
@@ -471,7 +500,7 @@ class RangedReads:
         them were requested (not while the budget is full; nothing past the last object is all of it)."""
         ra = self.read_ahead(obj.key, reading=False)
         ra.window = min(ra.max_window, max(ra.window, window))
-        chunks = _Chunks(obj, ra.chunk_size)
+        chunks = _Chunks(obj, ra.chunk_size, self)
         if not self.cache.read_ahead(chunks, 0, count):
             return False
         if count <= len(chunks):

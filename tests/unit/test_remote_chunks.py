@@ -30,7 +30,7 @@ def test_the_estimate_tells_latency_from_bandwidth():
         est.observe(size, 0.030 + size / 80e6)                                # 30 ms to the first byte, 80 MB/s
     latency, bandwidth = est.fit()
     assert latency == pytest.approx(0.030, rel=0.01) and bandwidth == pytest.approx(80e6, rel=0.01)
-    assert est.chunk_size(4 * MiB) == 8 * MiB           # 2 x 80 MB/s x 30 ms = 4.8 MB, rounded up to a power of two
+    assert est.chunk_size(4 * MiB) == 4 * MiB           # 80 MB/s x 30 ms = 2.4 MB, rounded up to a power of two
 
 
 def test_the_estimate_keeps_the_default_until_sizes_differ_and_stays_within_bounds():
@@ -221,12 +221,61 @@ async def test_the_chunk_size_follows_the_store_once_it_is_known():
     assert await _read_all(reader, first) == data
     assert {e - s for s, e in store.ranges} == {4 * MiB, 2 * MiB}    # the configured size: the store is not known
     reader.rsm.gets._samples.clear()                               # this store answers at once: say it does not
-    for size in (100_000, 4 * MiB, 2 * MiB, 150_000):                # what GETs showed: 30 ms + 80 MB/s
-        reader.rsm.gets.observe(size, 0.030 + size / 80e6)
+    for size in (100_000, 4 * MiB, 2 * MiB, 150_000):                # what GETs showed: 30 ms + 200 MB/s
+        reader.rsm.gets.observe(size, 0.030 + size / 200e6)
     store.ranges.clear()
     second, data = await _segment(store, 20 * MiB)
     assert await _read_all(reader, second) == data
-    assert {e - s for s, e in store.ranges} == {8 * MiB, 4 * MiB}    # 2 x 80 MB/s x 30 ms, rounded up
+    assert {e - s for s, e in store.ranges} == {8 * MiB, 4 * MiB}    # 200 MB/s x 30 ms = 6 MB, rounded up
+
+
+def test_a_reader_that_outpaces_its_window_widens_it_at_once_to_cover_a_get_at_its_pace(monkeypatch):
+    """A reader that waits for a chunk it had asked for ahead reads faster than its window delivers. Doubling the
+    window at each such wait cost a consumer starting on a store 30 ms away three or four waits of 70-90 ms; once
+    the store is known, one wait widens the window to a GET's time over the time the reader took per chunk."""
+    import storage.tiered.remote_chunks as rc
+    now = [100.0]
+    monkeypatch.setattr(rc.time, "monotonic", lambda: now[0])
+    est = GetEstimate()
+    ra = rc.ReadAhead(4 * MiB, window=2, max_window=40, gets=est)
+    ra.reading, ra.got_at = 3, 100.0 - 0.005          # it went through its last chunk in 5 ms
+    ra.stalled()
+    assert ra.window == 4                             # the store is not known yet: doubled
+    for size in (100_000, 4 * MiB, 2 * MiB, 150_000):
+        est.observe(size, 0.030 + size / 80e6)
+    ra.stalled()                                      # a GET of 4 MiB takes 82 ms: 17 chunks at 5 ms, and one more
+    assert ra.window == 18
+    ra.got_at = 100.0 - 0.0001                        # a reader faster still: no further than its share allows
+    ra.stalled()
+    assert ra.window == 40
+    slow = rc.ReadAhead(4 * MiB, window=8, max_window=40, gets=est)
+    slow.reading, slow.got_at = 0, 100.0 - 1.0        # a reader slower than the store: never narrower than doubled
+    slow.stalled()
+    assert slow.window == 16
+
+
+async def test_a_reader_faster_than_the_store_widens_its_window_at_its_first_wait(monkeypatch):
+    """The first chunks of a segment at 30 ms + 80 MB/s, read by a reader faster than the store: at the first wait
+    for its read-ahead the window goes to the most its share of the budget holds, rather than doubling at each of
+    several waits of a GET's time."""
+    import storage.tiered.remote_chunks as rc
+    windows: list[int] = []
+    stalled = rc.ReadAhead.stalled
+
+    def record(ra):
+        stalled(ra)
+        windows.append(ra.window)
+    monkeypatch.setattr(rc.ReadAhead, "stalled", record)
+    store = _CountingStore(lambda: reader._chunks, get_latency_ms=30, get_bandwidth_mb_s=80)
+    reader = _Reader(store, budget=64 * MiB, chunk_size=2 * MiB)
+    for size in (100_000, 4 * MiB, 2 * MiB, 150_000):          # the store as earlier GETs showed it
+        reader.rsm.gets.observe(size, 0.030 + size / 80e6)
+    md, data = await _segment(store, 48 * MiB)
+    assert await _read_all(reader, md) == data
+    ra = reader._ranged.read_aheads[(md.tip, md.segment_id.id)]
+    assert ra.chunk_size == 4 * MiB and ra.max_window == 11      # 48 MiB ahead: 12 chunks, the reader's and 11
+    assert windows and windows[0] == 11, windows
+    assert store.most >= 8 and not store.over_budget
 
 
 async def test_read_ahead_stops_when_the_reader_stops():

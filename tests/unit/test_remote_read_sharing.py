@@ -158,6 +158,33 @@ async def test_a_window_longer_than_an_object_reads_ahead_into_the_ones_after_it
     await reads.close()
 
 
+async def test_a_read_ahead_into_the_next_object_keeps_the_readers_chunk_size():
+    """The reader's window counts chunks of the object it reads; the next object, read ahead by the same reader, is
+    chunked the same even if the store's estimate has changed since (it did between segments, 8 and 16 MiB in
+    turns, and a window of 8 MiB chunks applied to 16 MiB ones ran into the budget)."""
+    got: list[tuple[int, int, int]] = []
+    objs: dict[int, RangedObject] = {}
+
+    def obj(n: int) -> RangedObject:
+        async def fetch(start, end, n=n):
+            got.append((n, start, end - start))
+            return b"x" * (end - start)
+
+        def after(window, count, n=n):
+            return n + 1 >= 3 or reads.start(objs.setdefault(n + 1, obj(n + 1)), window, count)
+        return RangedObject(("seg", n), 2 * MiB, fetch, after)
+    est = GetEstimate()
+    reads = RangedReads(ChunkCache(256 * MiB), est, MiB, 6)
+    objs[0] = obj(0)
+    reads.read_ahead(objs[0].key)                     # the reader starts in 1 MiB chunks: the store is not known
+    for size in (100_000, 4 * MiB, 2 * MiB, 150_000):
+        est.observe(size, 0.030 + size / 200e6)       # now it is: new readers would take 8 MiB
+    await reads.chunk(objs[0], 0)
+    await asyncio.sleep(0.01)
+    assert {n for n, _, _ in got} == {0, 1, 2} and {size for _, _, size in got} == {MiB}
+    await reads.close()
+
+
 async def test_a_reader_staying_in_a_chunk_looks_for_what_follows_the_object_once():
     """A consumer takes a part of a chunk per fetch; finding the objects after this one (the next segment, from the
     metadata) cost more than the read itself when it was done at every fetch. Once everything past the end was
