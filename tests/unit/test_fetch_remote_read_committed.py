@@ -198,3 +198,42 @@ async def test_a_partial_read_at_the_max_wait_is_answered_if_its_indexes_are_cac
         assert (wanted[0].error, list(results[0][0]), wanted[0].aborted) == (0, [], None)
     assert parts[0].remote.metrics.fetch_expires.count == 1
     assert _answered(wanted[1], results[1][0], 1)
+
+
+class _FailingIndexPart(_SlowIndexPart):
+    async def remote_aborted_transactions(self, offset, views):
+        raise RemoteStorageException("503 Slow Down on the transaction index")
+
+
+async def test_a_fetch_cancelled_while_it_waits_stops_its_lookups_and_leaves_no_exception_unretrieved(finish):
+    """The client's connection closes while its Fetch waits (the Fetch's task is cancelled): a lookup still waiting
+    for an index GET stops, and one that had already failed has its exception taken, so asyncio does not log
+    "Task exception was never retrieved" for it when it is collected."""
+    import gc
+    loop = asyncio.get_running_loop()
+    unretrieved: list[dict] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda lp, context: unretrieved.append(context))
+    try:
+        parts = [_FailingIndexPart(0, None, max_wait=5.0), _SlowIndexPart(1, asyncio.Event(), max_wait=5.0)]
+        wanted, results = [], []
+        for part in parts:
+            w = fetch._Wanted(("t", part.index), "t", part.index, 10 * part.index, 1 << 20, -1)
+            w.part, w.remote = part, part.start_read()
+            wanted.append(w)
+            results.append(((), 1 << 20))
+        task = asyncio.ensure_future(fetch._remote_then_finish(None, 12, 0, wanted, results, False, True, False))
+        await asyncio.sleep(0.05)                    # partition 0's lookup has failed, partition 1's waits
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)
+        assert parts[1].cancelled                    # the waiting lookup stopped
+        del task, wanted, results, parts
+        for _ in range(3):
+            gc.collect()
+            await asyncio.sleep(0)
+        assert not [c for c in unretrieved if "never retrieved" in c.get("message", "")], unretrieved
+    finally:
+        loop.set_exception_handler(previous)
