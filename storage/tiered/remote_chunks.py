@@ -8,8 +8,8 @@ reader that waits for one chunk at a time reads at a fraction of the local log's
 - `ReadAhead` is one segment's sequential reader state: a chunk size chosen from the estimate (large enough that the
   first byte's latency is half of a GET at most; the next segments a reader reads ahead into keep it) and a window
   of chunks requested ahead of the reader, which grows whenever the reader has to wait for a chunk that was already
-  on its way (the window was too short for the reader's pace): to a GET's time at that pace once the store is
-  known, else twice as wide. Read-ahead happens only on a read, so it stops when the reader stops.
+  on its way (the window was too short for the reader's pace): at least twice as wide, and to a GET's time at that
+  pace once the store is known. Read-ahead happens only on a read, so it stops when the reader stops.
 - `ChunkCache` holds chunks, in flight and done, within `remote.fetch.max.memory.bytes`: a read-ahead is only started
   while bytes in flight plus chunks fetched ahead and not yet read fit the budget, a reader's own GET waits while
   the GETs under way already take the whole budget, and done chunks are evicted least recently used first. Chunks
@@ -101,13 +101,16 @@ class ReadAhead:
     reading: int = -1          # the chunk the reader has (RangedReads.chunk) ...
     got_at: float = 0.0        # ... and the monotonic time it got it
 
-    def stalled(self) -> None:
-        """The reader waited for a chunk already requested ahead: it reads faster than the window delivers. The
-        window doubles or, once the store's GETs are known, grows at once to a GET's time at the reader's pace (the
-        time it took over its previous chunk) and one more: a reader starting at a store tens of milliseconds away
-        would otherwise wait again at each doubling."""
+    def stalled(self, i: int) -> None:
+        """The reader waited for chunk `i`, already requested ahead: it reads faster than the window delivers. The
+        window at least doubles and, once the store's GETs are known, grows at once to a GET's time at the reader's
+        pace (the time it took over chunk i - 1) and one more: a reader starting at a store tens of milliseconds
+        away would otherwise wait again at each doubling. Only doubled when the last chunk got was not i - 1 (another
+        reader of the object, a seek); a window of 0 (read-ahead off) stays 0."""
+        if self.window == 0:
+            return
         want = self.window * 2
-        fit = self.gets.fit() if self.gets is not None and self.got_at else None
+        fit = self.gets.fit() if self.gets is not None and self.reading == i - 1 else None
         if fit is not None:
             latency, bandwidth = fit
             pace = time.monotonic() - self.got_at
@@ -217,7 +220,7 @@ class ChunkCache:
                 prev.passed = True
         fut, waiting = self.get(key, size, make)
         if waiting:
-            ra.stalled()
+            ra.stalled(i)
         if i + 1 < len(parts) and parts[i + 1][0] not in self.entries:
             # the next part always: a read-ahead further out must not keep the reader's next chunk from starting
             nkey, nsize, nmake = parts[i + 1]
@@ -398,11 +401,7 @@ class _Chunks:
             self.past_end = None
 
     def past_end(self, window: int, count: int) -> bool:
-        self.reads.carry = self.cs
-        try:
-            return self.obj.after(window, count)
-        finally:
-            self.reads.carry = 0
+        return self.reads.carrying(self.cs, self.obj.after, window, count)
 
     def __len__(self) -> int:
         return -(-self.obj.size // self.cs)
@@ -505,8 +504,16 @@ class RangedReads:
             return False
         if count <= len(chunks):
             return True
-        # a window longer than this object goes on past it
-        return obj.after is None or bool(obj.after(window, count - len(chunks)))
+        # a window longer than this object goes on past it, in this one's chunk size
+        return obj.after is None or bool(self.carrying(ra.chunk_size, obj.after, window, count - len(chunks)))
+
+    def carrying(self, chunk_size: int, after: Callable[[int, int], bool], window: int, count: int) -> bool:
+        """`after(window, count)`, with the objects it starts reading ahead in taking `chunk_size` (`carry`)."""
+        previous, self.carry = self.carry, chunk_size
+        try:
+            return after(window, count)
+        finally:
+            self.carry = previous
 
     async def range(self, obj: RangedObject, start: int, end: int, cur: list, wait=None) -> list[memoryview]:
         """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk;

@@ -238,20 +238,28 @@ def test_a_reader_that_outpaces_its_window_widens_it_at_once_to_cover_a_get_at_i
     monkeypatch.setattr(rc.time, "monotonic", lambda: now[0])
     est = GetEstimate()
     ra = rc.ReadAhead(4 * MiB, window=2, max_window=40, gets=est)
-    ra.reading, ra.got_at = 3, 100.0 - 0.005          # it went through its last chunk in 5 ms
-    ra.stalled()
+    ra.reading, ra.got_at = 3, 100.0 - 0.005          # it went through chunk 3 in 5 ms
+    ra.stalled(4)
     assert ra.window == 4                             # the store is not known yet: doubled
     for size in (100_000, 4 * MiB, 2 * MiB, 150_000):
         est.observe(size, 0.030 + size / 80e6)
-    ra.stalled()                                      # a GET of 4 MiB takes 82 ms: 17 chunks at 5 ms, and one more
+    ra.stalled(4)                                     # a GET of 4 MiB takes 82 ms: 17 chunks at 5 ms, and one more
     assert ra.window == 18
     ra.got_at = 100.0 - 0.0001                        # a reader faster still: no further than its share allows
-    ra.stalled()
+    ra.stalled(4)
     assert ra.window == 40
     slow = rc.ReadAhead(4 * MiB, window=8, max_window=40, gets=est)
     slow.reading, slow.got_at = 0, 100.0 - 1.0        # a reader slower than the store: never narrower than doubled
-    slow.stalled()
+    slow.stalled(1)
     assert slow.window == 16
+    other = rc.ReadAhead(4 * MiB, window=2, max_window=40, gets=est)
+    other.reading, other.got_at = 7, 100.0 - 0.001    # another reader of the object got chunk 7 a moment ago
+    other.stalled(3)                                  # this one waits at chunk 3: its own pace is not known
+    assert other.window == 4
+    off = rc.ReadAhead(4 * MiB, window=0, max_window=40, gets=est)     # remote.log.reader.prefetch.chunks=0
+    off.reading, off.got_at = 0, 100.0 - 0.001
+    off.stalled(1)
+    assert off.window == 0                            # read-ahead stays off
 
 
 async def test_a_reader_faster_than_the_store_widens_its_window_at_its_first_wait(monkeypatch):
@@ -262,8 +270,8 @@ async def test_a_reader_faster_than_the_store_widens_its_window_at_its_first_wai
     windows: list[int] = []
     stalled = rc.ReadAhead.stalled
 
-    def record(ra):
-        stalled(ra)
+    def record(ra, i):
+        stalled(ra, i)
         windows.append(ra.window)
     monkeypatch.setattr(rc.ReadAhead, "stalled", record)
     store = _CountingStore(lambda: reader._chunks, get_latency_ms=30, get_bandwidth_mb_s=80)

@@ -185,6 +185,31 @@ async def test_a_read_ahead_into_the_next_object_keeps_the_readers_chunk_size():
     await reads.close()
 
 
+async def test_a_read_ahead_two_objects_ahead_takes_the_chunk_size_of_the_one_before_it():
+    """A window longer than the next object goes on into the one after it, chunked as the next object is (whose
+    chunk size may differ from the reader's: it was read before, by another reader)."""
+    got: list[tuple[int, int, int]] = []
+    objs: dict[int, RangedObject] = {}
+
+    def obj(n: int) -> RangedObject:
+        async def fetch(start, end, n=n):
+            got.append((n, start, end - start))
+            return b"x" * (end - start)
+
+        def after(window, count, n=n):
+            return n + 1 >= 3 or reads.start(objs.setdefault(n + 1, obj(n + 1)), window, count)
+        return RangedObject(("seg", n), 2 * MiB, fetch, after)
+    reads = RangedReads(ChunkCache(256 * MiB), GetEstimate(), MiB, 6)
+    objs[0], objs[1] = obj(0), obj(1)
+    reads.read_ahead(objs[1].key).chunk_size = 512 << 10     # object 1 was read in 512 KiB chunks
+    await reads.chunk(objs[0], 0)                     # chunk 0's window: chunk 1, then 5 past the end
+    await asyncio.sleep(0.01)
+    assert {size for n, _, size in got if n == 0} == {MiB}
+    assert {size for n, _, size in got if n == 1} == {512 << 10}
+    assert {size for n, _, size in got if n == 2} == {512 << 10}      # 5 - 4 chunks past object 1's end
+    await reads.close()
+
+
 async def test_a_reader_staying_in_a_chunk_looks_for_what_follows_the_object_once():
     """A consumer takes a part of a chunk per fetch; finding the objects after this one (the next segment, from the
     metadata) cost more than the read itself when it was done at every fetch. Once everything past the end was
