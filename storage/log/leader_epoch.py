@@ -12,6 +12,7 @@ the active segment and re-learns epochs from its batch headers. Truncations are 
 """
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import NamedTuple
 
@@ -21,6 +22,7 @@ CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 _VERSION = 0
+_VERSIONS = itertools.count()     # LeaderEpochFileCache.version: one counter for all caches
 
 
 class EpochEntry(NamedTuple):
@@ -34,6 +36,7 @@ class LeaderEpochFileCache:
     def __init__(self, dir: Path):
         self.path = Path(dir) / CHECKPOINT_FILE
         self._entries: list[EpochEntry] = self._read()
+        self.version = next(_VERSIONS)   # new at every change of the entries, unique among caches (for memos)
         self.dirty = False
 
     def _read(self) -> list[EpochEntry]:
@@ -116,6 +119,7 @@ class LeaderEpochFileCache:
             return False
         self._entries = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
         self._entries.append(EpochEntry(epoch, start_offset))
+        self.version = next(_VERSIONS)
         self.dirty = True
         return True
 
@@ -123,6 +127,7 @@ class LeaderEpochFileCache:
         """Drop entries starting at or after `end_offset` (the log was truncated to end there)."""
         if end_offset >= 0 and self._entries and self._entries[-1].start_offset >= end_offset:
             self._entries = [e for e in self._entries if e.start_offset < end_offset]
+            self.version = next(_VERSIONS)
             self._flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
@@ -133,9 +138,11 @@ class LeaderEpochFileCache:
             keep.insert(0, EpochEntry(covering[-1].epoch, start_offset))
         if keep != self._entries:
             self._entries = keep
+            self.version = next(_VERSIONS)
             self._flush()
 
     def clear(self) -> None:
         if self._entries:
             self._entries = []
+            self.version = next(_VERSIONS)
             self._flush()

@@ -188,6 +188,7 @@ class RemoteLogManager(RemoteLogReader):
         self._ranged = RangedReads(self._chunks, self.rsm.gets, self.chunk_size, self.prefetch_chunks,
                                    readers=lambda: self._reads_under_way)
         self._resume_at = ResumePositions()
+        self._empty_walks: dict = {}    # (tip, segment id) -> versions: no aborted transaction after it (collect_...)
         self._indexes = _LruFutures(config.get_int("remote.log.index.file.cache.total.size.bytes"),
                                     lambda idx: idx.size)
         self.registry = registry if registry is not None else CollectorRegistry()

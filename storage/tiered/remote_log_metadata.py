@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
+import itertools
 import logging
 import struct
 import time
@@ -345,6 +346,9 @@ class _EpochState:
         return self.ids[i] if i >= 0 else None
 
 
+_CACHE_VERSIONS = itertools.count()
+
+
 class RemoteLogMetadataCache:
     """All remote segments of one user partition (Kafka's RemoteLogMetadataCache)."""
 
@@ -352,6 +356,7 @@ class RemoteLogMetadataCache:
         self.tip = tip
         self.segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         self.epochs: dict[int, _EpochState] = {}
+        self.version = next(_CACHE_VERSIONS)    # new at any change of the segments, unique among caches (for memos)
 
     def _epoch(self, epoch: int) -> _EpochState:
         st = self.epochs.get(epoch)
@@ -365,6 +370,7 @@ class RemoteLogMetadataCache:
         if md.segment_id.id in self.segments:
             raise ValueError(f"{md.segment_id} already exists")
         self.segments[md.segment_id.id] = md
+        self.version = next(_CACHE_VERSIONS)
         for epoch, _ in md.segment_leader_epochs:
             self._epoch(epoch).unreferenced.add(md.segment_id.id)
 
@@ -376,6 +382,7 @@ class RemoteLogMetadataCache:
         if not is_valid_transition(old.state, u.state):
             raise ValueError(f"invalid state transition {old.state.name} -> {u.state.name} for {u.segment_id}")
         new = old.with_update(u)
+        self.version = next(_CACHE_VERSIONS)
         S = RemoteLogSegmentState
         if u.state == S.COPY_SEGMENT_FINISHED:
             for i, (epoch, start) in enumerate(new.segment_leader_epochs):
@@ -620,6 +627,12 @@ class TopicBasedRemoteLogMetadataManager:
     def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
         cache = self.caches.get(tip)
         return cache.highest_offset_for_epoch(epoch) if cache is not None else None
+
+    def segments_version(self, tip: TopicIdPartition) -> int | None:
+        """A value that changes whenever `tip`'s segments or their states change, never seen before (None: it has
+        none), for what is computed from them and kept (RemoteLogReader's aborted-transaction walks)."""
+        cache = self.caches.get(tip)
+        return cache.version if cache is not None else None
 
     def list_remote_log_segments(self, tip: TopicIdPartition, epoch: int | None = None):
         cache = self.caches.get(tip)

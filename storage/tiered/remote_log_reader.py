@@ -29,6 +29,7 @@ from storage.tiered.remote_storage_manager import IndexType
 
 S = RemoteLogSegmentState
 TXN_INDEXES_AHEAD = 8      # transaction indexes of later segments requested at once by a read_committed fetch
+EMPTY_WALKS = 4096         # segments remembered as followed by no aborted transaction in the remote tier
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 
@@ -180,6 +181,12 @@ class ResumePositions:
         if pos is not None:
             self.entries.move_to_end(key)
         return pos
+
+
+def _epochs_version(lg) -> int | None:
+    """The version of the leader's epoch cache, which _following's path depends on."""
+    epochs = getattr(lg, "leader_epoch_cache", None) if lg is not None else None
+    return epochs.version if epochs is not None else None
 
 
 class RemoteLogReader:
@@ -341,21 +348,37 @@ class RemoteLogReader:
         seen: set[tuple[int, int]] = set()     # (producer id, first offset): overlapping segments index it twice
         md = self.segment_for_offset(tip, lg, start) if tip is not None else None
         ahead = [md] if md is not None else []      # segments whose index GETs were started, in order
-        following = self._following(tip, md, lg) if md is not None else iter(())
+        # Without aborted transactions, the walk passes every later segment at every fetch (a consumer catching up
+        # on a long topic: O(segments) per fetch). Where it found none after `md`, it is not walked again while
+        # the segments and the leader's epochs (which choose the path) are unchanged: the indexes never change.
+        version = self.rlmm.segments_version(tip) if md is not None else None
+        stamp = (version, _epochs_version(lg)) if version is not None else None
+        walk = (tip, md.segment_id.id) if md is not None else None
+        walks = self._empty_walks
+        known_empty = stamp is not None and walks.get(walk) == stamp
+        following = self._following(tip, md, lg) if md is not None and not known_empty else iter(())
+        found_after = False
         while ahead:                 # a transaction's entry is in its marker's segment, which may come later
             while len(ahead) < TXN_INDEXES_AHEAD and (nxt := next(following, None)) is not None:
                 ahead.append(nxt)    # their GETs at once, not one store round trip after another
                 self._txn_index(nxt)
+            ahead_of_md = ahead[0] is not md
             index = self._txn_index(ahead.pop(0))
             # shared with other fetches; a cached index is taken as it is (the walk passes every later segment)
             index = index.result() if index.done() else await asyncio.shield(index)
             found, complete = collect_aborted(index.entries, start, upper)
+            found_after = found_after or (bool(index.entries) and ahead_of_md)
             for e in found:              # Kafka collects them in a set of (producer id, first offset)
                 if (e.producer_id, e.first_offset) not in seen:
                     seen.add((e.producer_id, e.first_offset))
                     out.append(e)
             if complete:
                 return out               # no later entry can overlap (Kafka's TxnIndexSearchResult)
+        if stamp is not None and not known_empty and not found_after and \
+                stamp == (self.rlmm.segments_version(tip), _epochs_version(lg)):    # nothing changed while it walked
+            if len(walks) >= EMPTY_WALKS:
+                walks.clear()
+            walks[walk] = stamp
         # a segment both uploaded and still local has its entries in both places
         return out + [e for e in lg.collect_aborted_transactions(start, upper)
                       if (e.producer_id, e.first_offset) not in seen]

@@ -32,6 +32,12 @@ class _Reader(RemoteLogReader):
         self.segments = [_Segment(0, 49), _Segment(50, 99)]
         self.indexes = indexes                   # start offset -> bytes | exception
         self._indexes = _LruFutures(1 << 20, lambda x: x.size)
+        self._empty_walks = {}
+
+        class _Rlmm:
+            def segments_version(self, tip):
+                return None                      # nothing remembered between walks
+        self.rlmm = _Rlmm()
 
         class _Rsm:
             async def fetch_index(_, md, kind):
@@ -121,15 +127,25 @@ def _tiered(segments, tmp_path):
     tip = TopicIdPartition(uuid.uuid4(), "t", 0)
     cache = RemoteLogMetadataCache(tip)
     indexes = {}
-    for ts, (start, end, epochs, entries) in enumerate(segments):
+
+    def tier(start, end, epochs, entries):
+        ts = len(indexes)
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tip), start, end, 0, 1, ts, 1000, epochs)
         cache.add_copy_in_progress(md)
         cache.update(RemoteLogSegmentMetadataUpdate(md.segment_id, ts, None, S.COPY_SEGMENT_FINISHED, 1))
         indexes[md.segment_id.id] = b"".join(e.pack() for e in entries)
+    for segment in segments:
+        tier(*segment)
 
     class _Rlmm:
         def list_remote_log_segments(self, tip):
             return cache.list_segments()
+
+        def segments_version(self, tip):
+            return cache.version
+
+        def cache_update(self, u):
+            cache.update(u)
 
         def remote_log_segment_metadata(self, tip, epoch, offset):
             return cache.segment_for(epoch, offset)
@@ -146,7 +162,9 @@ def _tiered(segments, tmp_path):
     r = RemoteLogReader.__new__(RemoteLogReader)
     r.rlmm, r.rsm = _Rlmm(), _Rsm()
     r._indexes = _LruFutures(1 << 20, lambda x: x.size)
+    r._empty_walks = {}
     r.tip_of = lambda topic, partition: tip
+    r.tier = tier                                # tier one more segment: (start, end, epochs, aborted entries)
     return r, tip, leader
 
 
@@ -178,3 +196,92 @@ async def test_a_transaction_indexed_by_two_overlapping_segments_is_answered_onc
     r, tip, leader = _tiered([(0, 99, ((0, 0),), []), (100, 199, ((0, 100),), [aborted]),
                               (150, 249, ((0, 150),), [aborted]), (250, 349, ((1, 250),), [])], tmp_path)
     assert await r.collect_aborted_transactions("t", 0, leader, 120, 190) == [aborted]
+
+
+async def test_a_walk_that_found_no_aborted_transaction_is_not_repeated_until_segments_or_epochs_change(tmp_path):
+    """Without aborted transactions a read_committed fetch walked every later segment's index at every fetch (16%
+    of the broker's event loop for a consumer catching up on 48 segments; growing with the topic). A walk that found
+    none after a segment is remembered while the segments and the leader's epochs stay as they were: the indexes of
+    segments never change. A segment tiered since, or a new epoch, makes the next fetch walk again."""
+    r, tip, leader = _tiered([(0, 99, ((0, 0),), []), (100, 199, ((0, 100),), []), (200, 249, ((0, 200),), []),
+                              (250, 349, ((1, 250),), [])], tmp_path)
+    looked_up: list[int] = []
+
+    def count(reader):
+        txn_index = reader._txn_index
+
+        def counting(md):
+            looked_up.append(md.start_offset)
+            return txn_index(md)
+        reader._txn_index = counting
+    count(r)
+    assert await r.collect_aborted_transactions("t", 0, leader, 20, 100) == []
+    assert set(looked_up) == {0, 100, 200, 250}
+    looked_up.clear()
+    assert await r.collect_aborted_transactions("t", 0, leader, 50, 100) == []
+    assert set(looked_up) == {0}                    # its own index only: nothing after it has any
+    late = AbortedTxn(9, 60, 380, 381)           # began at 60 in the first segment, aborted at 380
+    r.tier(350, 449, ((1, 350),), [late])
+    looked_up.clear()
+    assert await r.collect_aborted_transactions("t", 0, leader, 50, 100) == [late]
+    assert set(looked_up) == {0, 100, 200, 250, 350}
+    looked_up.clear()
+    assert await r.collect_aborted_transactions("t", 0, leader, 50, 100) == [late]     # found: not remembered
+    assert set(looked_up) == {0, 100, 200, 250, 350}
+    r2, tip2, leader2 = _tiered([(0, 99, ((0, 0),), []), (100, 199, ((0, 100),), [])], tmp_path / "b")
+    assert await r2.collect_aborted_transactions("t", 0, leader2, 20, 100) == []
+    count(r2)
+    looked_up.clear()
+    leader2.leader_epoch_cache.assign(2, 400)    # a new leader epoch: the walk's path may differ
+    assert await r2.collect_aborted_transactions("t", 0, leader2, 20, 100) == []
+    assert set(looked_up) == {0, 100}
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_remembered_walks_answer_as_a_fresh_walk_does_while_segments_and_epochs_change(seed, tmp_path):
+    """Random steps: segments tiered (with aborted transactions that may have begun segments earlier), the oldest
+    deleted, new leader epochs; after each, a random read_committed lookup answers the same with remembered walks
+    as a reader that walks every time."""
+    import random
+
+    from storage.tiered.remote_log_metadata import RemoteLogSegmentMetadataUpdate
+    from storage.tiered.remote_log_metadata import RemoteLogSegmentState as S
+    rnd = random.Random(seed)
+    r, tip, leader = _tiered([(0, 99, ((0, 0),), [])], tmp_path)
+    leader.leader_epoch_cache.truncate_from_end(1)       # epoch 0 from 0 only
+    fresh = RemoteLogReader.__new__(RemoteLogReader)
+    fresh.rsm, fresh._indexes, fresh._empty_walks, fresh.tip_of = r.rsm, r._indexes, {}, r.tip_of
+
+    class _Forgetful:                                    # the same segments, never a version: walks every time
+        def __getattr__(self, name):
+            return getattr(r.rlmm, name)
+
+        def segments_version(self, tip):
+            return None
+    fresh.rlmm = _Forgetful()
+    epoch, end, producer = 0, 99, 0
+    for step in range(60):
+        op = rnd.random()
+        if op < 0.4:                                     # tier the next segment
+            start, end = end + 1, end + rnd.randint(20, 100)
+            entries = []
+            for _ in range(rnd.choice([0, 0, 1, 2])):
+                producer += 1
+                last = rnd.randint(start, end)
+                entries.append(AbortedTxn(producer, rnd.randint(max(0, start - 250), last), last, 0))
+            r.tier(start, end, ((epoch, start),), entries)
+        elif op < 0.5:                                   # a new leader epoch from the next offset
+            epoch += 1
+            leader.leader_epoch_cache.assign(epoch, end + 1)
+        elif op < 0.6:                                   # the oldest segment is deleted
+            segs = r.rlmm.list_remote_log_segments(tip)
+            if len(segs) > 1:
+                for state in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+                    r.rlmm.cache_update(RemoteLogSegmentMetadataUpdate(segs[0].segment_id, step, None, state, 1))
+        segs = r.rlmm.list_remote_log_segments(tip)
+        seg = rnd.choice(segs)
+        start = rnd.randint(seg.start_offset, seg.end_offset)
+        upper = rnd.randint(start + 1, seg.end_offset + 1)
+        got = await r.collect_aborted_transactions("t", 0, leader, start, upper)
+        want = await fresh.collect_aborted_transactions("t", 0, leader, start, upper)
+        assert got == want, (step, start, upper)

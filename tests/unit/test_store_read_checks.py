@@ -160,6 +160,12 @@ class _TxnReader(RemoteLogReader):
     def __init__(self, rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata):
         self.rsm, self.md = rsm, md
         self._indexes = _LruFutures(1 << 20, lambda x: x.size)
+        self._empty_walks = {}
+
+        class _Rlmm:
+            def segments_version(self, tip):
+                return None                      # nothing remembered between walks
+        self.rlmm = _Rlmm()
 
     def tip_of(self, topic, partition):
         return self.md.tip
