@@ -350,7 +350,9 @@ class RemoteLogReader:
         ahead = [md] if md is not None else []      # segments whose index GETs were started, in order
         # Without aborted transactions, the walk passes every later segment at every fetch (a consumer catching up
         # on a long topic: O(segments) per fetch). Where it found none after `md`, it is not walked again while
-        # the segments and the leader's epochs (which choose the path) are unchanged: the indexes never change.
+        # the segments and the leader's epochs (which choose the path) are unchanged: the indexes never change. So
+        # are the segments on its path (a consumer goes on to them), and a walk reaching a segment so remembered
+        # stops after that one's index (the path from there is the same).
         version = self.rlmm.segments_version(tip) if md is not None else None
         stamp = (version, _epochs_version(lg)) if version is not None else None
         walk = (tip, md.segment_id.id) if md is not None else None
@@ -358,12 +360,18 @@ class RemoteLogReader:
         known_empty = stamp is not None and walks.get(walk) == stamp
         following = self._following(tip, md, lg) if md is not None and not known_empty else iter(())
         found_after = False
+        path = []                    # the segments walked after md
         while ahead:                 # a transaction's entry is in its marker's segment, which may come later
             while len(ahead) < TXN_INDEXES_AHEAD and (nxt := next(following, None)) is not None:
                 ahead.append(nxt)    # their GETs at once, not one store round trip after another
                 self._txn_index(nxt)
-            ahead_of_md = ahead[0] is not md
-            index = self._txn_index(ahead.pop(0))
+                if stamp is not None and walks.get((tip, nxt.segment_id.id)) == stamp:
+                    following = iter(())     # what follows `nxt` is what followed it when walked from there
+            seg = ahead.pop(0)
+            ahead_of_md = seg is not md
+            if ahead_of_md:
+                path.append(seg)
+            index = self._txn_index(seg)
             # shared with other fetches; a cached index is taken as it is (the walk passes every later segment)
             index = index.result() if index.done() else await asyncio.shield(index)
             found, complete = collect_aborted(index.entries, start, upper)
@@ -376,9 +384,11 @@ class RemoteLogReader:
                 return out               # no later entry can overlap (Kafka's TxnIndexSearchResult)
         if stamp is not None and not known_empty and not found_after and \
                 stamp == (self.rlmm.segments_version(tip), _epochs_version(lg)):    # nothing changed while it walked
-            if len(walks) >= EMPTY_WALKS:
+            if len(walks) + len(path) >= EMPTY_WALKS:
                 walks.clear()
             walks[walk] = stamp
+            for seg in path:         # nothing after md: nothing after any segment on its path either
+                walks[(tip, seg.segment_id.id)] = stamp
         # a segment both uploaded and still local has its entries in both places
         return out + [e for e in lg.collect_aborted_transactions(start, upper)
                       if (e.producer_id, e.first_offset) not in seen]

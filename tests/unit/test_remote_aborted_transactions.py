@@ -220,6 +220,9 @@ async def test_a_walk_that_found_no_aborted_transaction_is_not_repeated_until_se
     looked_up.clear()
     assert await r.collect_aborted_transactions("t", 0, leader, 50, 100) == []
     assert set(looked_up) == {0}                    # its own index only: nothing after it has any
+    looked_up.clear()
+    assert await r.collect_aborted_transactions("t", 0, leader, 150, 190) == []
+    assert set(looked_up) == {100}                  # nor after the segments on that walk (the consumer's next)
     late = AbortedTxn(9, 60, 380, 381)           # began at 60 in the first segment, aborted at 380
     r.tier(350, 449, ((1, 350),), [late])
     looked_up.clear()
