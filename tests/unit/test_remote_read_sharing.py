@@ -136,25 +136,35 @@ async def test_evicted_chunks_still_held_by_responses_count_against_the_budget()
     assert cache.held == 0 and cache.room_ahead(250)
 
 
+class _Chain:
+    """Objects 0..count-1 of 2 MiB read one after another (each one's `after` starts the next through `reads`), and
+    every GET made: (object, start, size)."""
+
+    def __init__(self, reads: RangedReads, count: int):
+        self.reads, self.count = reads, count
+        self.got: list[tuple[int, int, int]] = []
+        self.objs: dict[int, RangedObject] = {}
+
+    def __getitem__(self, n: int) -> RangedObject:
+        if n not in self.objs:
+            async def fetch(start, end, n=n):
+                self.got.append((n, start, end - start))
+                return b"x" * (end - start)
+
+            def after(window, count, n=n):
+                return n + 1 >= self.count or self.reads.start(self[n + 1], window, count)
+            self.objs[n] = RangedObject(("seg", n), 2 * MiB, fetch, after)
+        return self.objs[n]
+
+
 async def test_a_window_longer_than_an_object_reads_ahead_into_the_ones_after_it():
     """Segments of two chunks read with a window of six: the read-ahead reaches three segments ahead, not one."""
-    got: list[tuple[int, int]] = []
-    objs: dict[int, RangedObject] = {}
-
-    def obj(n: int) -> RangedObject:
-        async def fetch(start, end, n=n):
-            got.append((n, start))
-            return b"x" * (end - start)
-
-        def after(window, count, n=n):
-            return n + 1 >= 10 or reads.start(objs.setdefault(n + 1, obj(n + 1)), window, count)
-        return RangedObject(("seg", n), 2 * MiB, fetch, after)
     reads = RangedReads(ChunkCache(64 * MiB), GetEstimate(), MiB, 6)
-    objs[0] = obj(0)
-    await reads.chunk(objs[0], 0)
+    chain = _Chain(reads, 10)
+    await reads.chunk(chain[0], 0)
     await asyncio.sleep(0.01)
-    assert {n for n, _ in got} == {0, 1, 2, 3}        # chunk 0's window (1..6) spans segments 0-3
-    assert len(got) == 7
+    assert {n for n, _, _ in chain.got} == {0, 1, 2, 3}        # chunk 0's window (1..6) spans segments 0-3
+    assert len(chain.got) == 7
     await reads.close()
 
 
@@ -162,51 +172,29 @@ async def test_a_read_ahead_into_the_next_object_keeps_the_readers_chunk_size():
     """The reader's window counts chunks of the object it reads; the next object, read ahead by the same reader, is
     chunked the same even if the store's estimate has changed since (it did between segments, 8 and 16 MiB in
     turns, and a window of 8 MiB chunks applied to 16 MiB ones ran into the budget)."""
-    got: list[tuple[int, int, int]] = []
-    objs: dict[int, RangedObject] = {}
-
-    def obj(n: int) -> RangedObject:
-        async def fetch(start, end, n=n):
-            got.append((n, start, end - start))
-            return b"x" * (end - start)
-
-        def after(window, count, n=n):
-            return n + 1 >= 3 or reads.start(objs.setdefault(n + 1, obj(n + 1)), window, count)
-        return RangedObject(("seg", n), 2 * MiB, fetch, after)
     est = GetEstimate()
     reads = RangedReads(ChunkCache(256 * MiB), est, MiB, 6)
-    objs[0] = obj(0)
-    reads.read_ahead(objs[0].key)                     # the reader starts in 1 MiB chunks: the store is not known
+    chain = _Chain(reads, 3)
+    reads.read_ahead(chain[0].key)                    # the reader starts in 1 MiB chunks: the store is not known
     for size in (100_000, 4 * MiB, 2 * MiB, 150_000):
         est.observe(size, 0.030 + size / 200e6)       # now it is: new readers would take 8 MiB
-    await reads.chunk(objs[0], 0)
+    await reads.chunk(chain[0], 0)
     await asyncio.sleep(0.01)
-    assert {n for n, _, _ in got} == {0, 1, 2} and {size for _, _, size in got} == {MiB}
+    assert {n for n, _, _ in chain.got} == {0, 1, 2} and {size for _, _, size in chain.got} == {MiB}
     await reads.close()
 
 
 async def test_a_read_ahead_two_objects_ahead_takes_the_chunk_size_of_the_one_before_it():
     """A window longer than the next object goes on into the one after it, chunked as the next object is (whose
     chunk size may differ from the reader's: it was read before, by another reader)."""
-    got: list[tuple[int, int, int]] = []
-    objs: dict[int, RangedObject] = {}
-
-    def obj(n: int) -> RangedObject:
-        async def fetch(start, end, n=n):
-            got.append((n, start, end - start))
-            return b"x" * (end - start)
-
-        def after(window, count, n=n):
-            return n + 1 >= 3 or reads.start(objs.setdefault(n + 1, obj(n + 1)), window, count)
-        return RangedObject(("seg", n), 2 * MiB, fetch, after)
     reads = RangedReads(ChunkCache(256 * MiB), GetEstimate(), MiB, 6)
-    objs[0], objs[1] = obj(0), obj(1)
-    reads.read_ahead(objs[1].key).chunk_size = 512 << 10     # object 1 was read in 512 KiB chunks
-    await reads.chunk(objs[0], 0)                     # chunk 0's window: chunk 1, then 5 past the end
+    chain = _Chain(reads, 3)
+    reads.read_ahead(chain[1].key).chunk_size = 512 << 10    # object 1 was read in 512 KiB chunks
+    await reads.chunk(chain[0], 0)                    # chunk 0's window: chunk 1, then 5 past the end
     await asyncio.sleep(0.01)
-    assert {size for n, _, size in got if n == 0} == {MiB}
-    assert {size for n, _, size in got if n == 1} == {512 << 10}
-    assert {size for n, _, size in got if n == 2} == {512 << 10}      # 5 - 4 chunks past object 1's end
+    assert {size for n, _, size in chain.got if n == 0} == {MiB}
+    assert {size for n, _, size in chain.got if n == 1} == {512 << 10}
+    assert {size for n, _, size in chain.got if n == 2} == {512 << 10}      # 5 - 4 chunks past object 1's end
     await reads.close()
 
 
