@@ -35,7 +35,7 @@ from storage.tiered.remote_log_metadata import (
     REMOTE_LOG_METADATA_TOPIC, InternalTopic, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
 )
 from storage.tiered.remote_chunks import ChunkCache, RangedReads
-from storage.tiered.remote_log_reader import RemoteLogReader, ResumePositions, _LruFutures
+from storage.tiered.remote_log_reader import EmptyWalks, RemoteLogReader, ResumePositions, _LruFutures
 from storage.tiered.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
 log = logging.getLogger("strata.remote_log_manager")
@@ -188,7 +188,7 @@ class RemoteLogManager(RemoteLogReader):
         self._ranged = RangedReads(self._chunks, self.rsm.gets, self.chunk_size, self.prefetch_chunks,
                                    readers=lambda: self._reads_under_way)
         self._resume_at = ResumePositions()
-        self._empty_walks: dict = {}    # (tip, segment id) -> versions: no aborted transaction after it (collect_...)
+        self._empty_walks = EmptyWalks()   # remote segments followed by no aborted transaction (per partition)
         self._indexes = _LruFutures(config.get_int("remote.log.index.file.cache.total.size.bytes"),
                                     lambda idx: idx.size)
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -386,6 +386,7 @@ class RemoteLogManager(RemoteLogReader):
             self.metrics.forget(info.name, p)
             self._ranged.drop(lambda k, tip=tip: k[0] == tip)
             self._indexes.drop(lambda k, tip=tip: k[0] == tip)
+            self._empty_walks.drop(tip)
             if self.rlmm.list_remote_log_segments(tip) or t is not None:
                 self._mark_partition_deleted(tip, t)
 

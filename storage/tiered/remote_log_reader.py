@@ -29,7 +29,7 @@ from storage.tiered.remote_storage_manager import IndexType
 
 S = RemoteLogSegmentState
 TXN_INDEXES_AHEAD = 8      # transaction indexes of later segments requested at once by a read_committed fetch
-EMPTY_WALKS = 4096         # segments remembered as followed by no aborted transaction in the remote tier
+EMPTY_WALKS = 1024         # partitions whose walks of transaction indexes are remembered (EmptyWalks)
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 
@@ -181,6 +181,31 @@ class ResumePositions:
         if pos is not None:
             self.entries.move_to_end(key)
         return pos
+
+
+class EmptyWalks:
+    """Per partition, the remote segments after which a walk of transaction indexes found no entry, valid for one
+    (segments version, epochs version): replaced whole when either changes. The partitions walked last are kept."""
+
+    def __init__(self, capacity: int = EMPTY_WALKS):
+        self.capacity = capacity
+        self.entries: OrderedDict = OrderedDict()     # tip -> (stamp, set of segment ids)
+
+    def empty_after(self, tip, stamp, segment_id) -> bool:
+        e = self.entries.get(tip)
+        return e is not None and e[0] == stamp and segment_id in e[1]
+
+    def remember(self, tip, stamp, segments) -> None:
+        e = self.entries.get(tip)
+        if e is None or e[0] != stamp:
+            e = self.entries[tip] = (stamp, set())
+        self.entries.move_to_end(tip)
+        e[1].update(s.segment_id.id for s in segments)
+        while len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+
+    def drop(self, tip) -> None:
+        self.entries.pop(tip, None)
 
 
 def _epochs_version(lg) -> int | None:
@@ -344,54 +369,64 @@ class RemoteLogReader:
         local log's past the local log start (Kafka's RemoteLogManager.collectAbortedTransactions): what a
         read_committed Fetch served from the remote tier returns."""
         tip = self.tip_of(topic, partition)
+        md = self.segment_for_offset(tip, lg, start) if tip is not None else None
+        out, seen, complete = await self._walk_aborted(tip, md, lg, start, upper, self._empty_walks)
+        if complete is None:                     # the segments or epochs changed under a remembered walk: afresh
+            out, seen, complete = await self._walk_aborted(tip, md, lg, start, upper, None)
+        if complete:
+            return out                   # no later entry can overlap (Kafka's TxnIndexSearchResult)
+        # a segment both uploaded and still local has its entries in both places
+        return out + [e for e in lg.collect_aborted_transactions(start, upper)
+                      if (e.producer_id, e.first_offset) not in seen]
+
+    async def _walk_aborted(self, tip, md, lg, start: int, upper: int, walks: "EmptyWalks | None"):
+        """(entries, their (producer id, first offset), complete) from `md` and the remote segments after it; complete
+        None when `walks` was used and the segments or epochs changed meanwhile (its answer may be short).
+
+        Without aborted transactions the walk passes every later segment at every fetch (a consumer catching up on a
+        long topic: O(segments) per fetch). Where it found none after `md`, `walks` remembers that for `md` and every
+        segment on its path (a consumer goes on to them) while the partition's segments and the leader's epochs
+        (which choose the path) are unchanged: the indexes themselves never change. A walk from a segment so
+        remembered reads its own index only; one reaching such a segment stops after that one's index."""
         out: list[AbortedTxn] = []
         seen: set[tuple[int, int]] = set()     # (producer id, first offset): overlapping segments index it twice
-        md = self.segment_for_offset(tip, lg, start) if tip is not None else None
-        ahead = [md] if md is not None else []      # segments whose index GETs were started, in order
-        # Without aborted transactions, the walk passes every later segment at every fetch (a consumer catching up
-        # on a long topic: O(segments) per fetch). Where it found none after `md`, it is not walked again while
-        # the segments and the leader's epochs (which choose the path) are unchanged: the indexes never change. So
-        # are the segments on its path (a consumer goes on to them), and a walk reaching a segment so remembered
-        # stops after that one's index (the path from there is the same).
-        version = self.rlmm.segments_version(tip) if md is not None else None
-        stamp = (version, _epochs_version(lg)) if version is not None else None
-        walk = (tip, md.segment_id.id) if md is not None else None
-        walks = self._empty_walks
-        known_empty = stamp is not None and walks.get(walk) == stamp
-        following = self._following(tip, md, lg) if md is not None and not known_empty else iter(())
+        if md is None:
+            return out, seen, False
+
+        def versions():
+            return self.rlmm.segments_version(tip), _epochs_version(lg)
+        stamp = versions() if walks is not None and self.rlmm.segments_version(tip) is not None else None
+        remembered = stamp is not None and walks.empty_after(tip, stamp, md.segment_id.id)
+        used = remembered
+        ahead = [md]                            # segments whose index GETs were started, in order
+        following = iter(()) if remembered else self._following(tip, md, lg)
+        path = []                               # the segments walked after md
         found_after = False
-        path = []                    # the segments walked after md
         while ahead:                 # a transaction's entry is in its marker's segment, which may come later
             while len(ahead) < TXN_INDEXES_AHEAD and (nxt := next(following, None)) is not None:
                 ahead.append(nxt)    # their GETs at once, not one store round trip after another
                 self._txn_index(nxt)
-                if stamp is not None and walks.get((tip, nxt.segment_id.id)) == stamp:
-                    following = iter(())     # what follows `nxt` is what followed it when walked from there
+                if stamp is not None and walks.empty_after(tip, stamp, nxt.segment_id.id) and versions() == stamp:
+                    following, used = iter(()), True    # what follows `nxt` is what followed it from there
             seg = ahead.pop(0)
-            ahead_of_md = seg is not md
-            if ahead_of_md:
+            if seg is not md:
                 path.append(seg)
             index = self._txn_index(seg)
             # shared with other fetches; a cached index is taken as it is (the walk passes every later segment)
             index = index.result() if index.done() else await asyncio.shield(index)
             found, complete = collect_aborted(index.entries, start, upper)
-            found_after = found_after or (bool(index.entries) and ahead_of_md)
+            found_after = found_after or (bool(index.entries) and seg is not md)
             for e in found:              # Kafka collects them in a set of (producer id, first offset)
                 if (e.producer_id, e.first_offset) not in seen:
                     seen.add((e.producer_id, e.first_offset))
                     out.append(e)
             if complete:
-                return out               # no later entry can overlap (Kafka's TxnIndexSearchResult)
-        if stamp is not None and not known_empty and not found_after and \
-                stamp == (self.rlmm.segments_version(tip), _epochs_version(lg)):    # nothing changed while it walked
-            if len(walks) + len(path) >= EMPTY_WALKS:
-                walks.clear()
-            walks[walk] = stamp
-            for seg in path:         # nothing after md: nothing after any segment on its path either
-                walks[(tip, seg.segment_id.id)] = stamp
-        # a segment both uploaded and still local has its entries in both places
-        return out + [e for e in lg.collect_aborted_transactions(start, upper)
-                      if (e.producer_id, e.first_offset) not in seen]
+                return out, seen, True
+        if stamp is not None and versions() != stamp:
+            return out, seen, (None if used else False)     # not remembered: what it walked may be stale
+        if stamp is not None and not found_after:
+            walks.remember(tip, stamp, [md, *path])
+        return out, seen, False
 
     def _txn_index(self, md: RemoteLogSegmentMetadata):
         async def load():

@@ -21,7 +21,7 @@ from storage.objectstore.s3 import S3ObjectStore
 from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageException, TopicIdPartition,
 )
-from storage.tiered.remote_log_reader import RemoteLogReader, _LruFutures
+from storage.tiered.remote_log_reader import EmptyWalks, RemoteLogReader, _LruFutures
 from storage.tiered.remote_storage_manager import IndexType, RemoteStorageManager, segment_key_prefix
 from test_remote_log_manager import TIERED, Broker, offsets
 from test_remote_wal import _manager, _Part, batch
@@ -160,7 +160,7 @@ class _TxnReader(RemoteLogReader):
     def __init__(self, rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata):
         self.rsm, self.md = rsm, md
         self._indexes = _LruFutures(1 << 20, lambda x: x.size)
-        self._empty_walks = {}
+        self._empty_walks = EmptyWalks()
 
         class _Rlmm:
             def segments_version(self, tip):
