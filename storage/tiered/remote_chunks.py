@@ -441,8 +441,9 @@ class RangedReads:
         the chunk size and the window are kept within the object's share of the read-ahead budget (three quarters
         of it, split between the objects being read): a chunk at most a sixth of the share, so that the reader's own
         chunk and five ahead fit it (enough ahead that a reader consuming a part of a chunk per fetch finds the next
-        one there). With many objects read at once (a consumer catching up on many partitions) the chunks get smaller rather than evicting each other's read-ahead; a
-        smaller chunk size applies from the reader's next chunk (a larger one only to objects read later).
+        one there). With many objects read at once (a consumer catching up on many partitions) the chunks get
+        smaller rather than evicting each other's read-ahead; a smaller chunk size applies from the reader's next
+        chunk (a larger one only to objects read later).
         `reading=False`: a reader of the previous object reads ahead into this one; it is the same reader, not one
         more sharing the budget, until it comes to read here."""
         now = time.monotonic()

@@ -210,7 +210,7 @@ class EmptyWalks:
 
 def _epochs_version(lg) -> int | None:
     """The version of the leader's epoch cache, which _following's path depends on."""
-    epochs = getattr(lg, "leader_epoch_cache", None) if lg is not None else None
+    epochs = lg.leader_epoch_cache if lg is not None else None      # as _following finds them
     return epochs.version if epochs is not None else None
 
 
@@ -395,7 +395,8 @@ class RemoteLogReader:
 
         def versions():
             return self.rlmm.segments_version(tip), _epochs_version(lg)
-        stamp = versions() if walks is not None and self.rlmm.segments_version(tip) is not None else None
+        version = self.rlmm.segments_version(tip) if walks is not None else None
+        stamp = (version, _epochs_version(lg)) if version is not None else None
         remembered = stamp is not None and walks.empty_after(tip, stamp, md.segment_id.id)
         used = remembered
         ahead = [md]                            # segments whose index GETs were started, in order
