@@ -502,7 +502,7 @@ class Partition:
                 raise ApiError(ErrorCode.offset_moved_to_tiered_storage, str(e)) from None
         try:
             return (), self.remote.remote_read(self.topic, self.index, plog, fetch_offset, max(max_bytes, 1),
-                                               min_one_message)
+                                               min_one_message, read_committed)
         except RemoteStorageException as e:       # the reader queue is full: what Kafka answers for it
             raise ApiError(ErrorCode.unknown_server_error, str(e)) from None
 
