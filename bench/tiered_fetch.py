@@ -30,6 +30,7 @@ import argparse
 import datetime as dt
 import os
 import re
+import resource
 import shutil
 import statistics
 import sys
@@ -222,9 +223,12 @@ def run_store(kind: str, args, moto=None, partitions: int = 1) -> dict:
                 before = b.metric("kafka_server_brokertopicmetrics_remote_fetch_bytes_total", "remote")
                 reader0 = reader_figures(b)
                 rss = RssPeak(b)
-                cpu0 = pf.cpu_seconds(b.pid)
+                cpu0, own0, busy0 = pf.cpu_seconds(b.pid), own_cpu_seconds(), machine_cpu_seconds()
                 r = pf.fetch_phase(b.bootstrap, topic, n, args.size, partitions, args.phase_timeout)
-                r["broker_cpu_ms_per_mb"] = (pf.cpu_seconds(b.pid) - cpu0) * 1000 / (n * args.size / MB)
+                mb = n * args.size / MB
+                r["broker_cpu_ms_per_mb"] = (pf.cpu_seconds(b.pid) - cpu0) * 1000 / mb
+                r["consumer_cpu_ms_per_mb"] = (own_cpu_seconds() - own0) * 1000 / mb
+                r["machine_cpu_ms_per_mb"] = (machine_cpu_seconds() - busy0) * 1000 / mb
                 r["rss_mib"] = rss.stop()
                 if topic == "remote":
                     fetched = b.metric("kafka_server_brokertopicmetrics_remote_fetch_bytes_total", "remote") - before
@@ -239,8 +243,9 @@ def run_store(kind: str, args, moto=None, partitions: int = 1) -> dict:
                 if args.verbose:
                     print_reader_metrics(b)
                 res[topic] = r
-                print(f"[{label}] round {rnd} {topic}: {r['mb_s']:.0f} MB/s, broker CPU "
-                      f"{r['broker_cpu_ms_per_mb']:.2f} ms/MB, RssAnon {r['rss_mib']:.0f} MiB", flush=True)
+                print(f"[{label}] round {rnd} {topic}: {r['mb_s']:.0f} MB/s, CPU ms/MB: broker "
+                      f"{r['broker_cpu_ms_per_mb']:.2f}, consumer {r['consumer_cpu_ms_per_mb']:.2f}, all CPUs "
+                      f"{r['machine_cpu_ms_per_mb']:.2f}; RssAnon {r['rss_mib']:.0f} MiB", flush=True)
             rounds.append(res)
         out["rounds"] = rounds
         for topic in ("local", "remote"):
@@ -254,6 +259,19 @@ def run_store(kind: str, args, moto=None, partitions: int = 1) -> dict:
     finally:
         stop_broker(b, store_dir)
     return out
+
+
+def own_cpu_seconds() -> float:
+    """CPU time of this process (the consumer: librdkafka's threads and the Python loop), ended threads included."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def machine_cpu_seconds() -> float:
+    """CPU time all CPUs of the machine spent busy (not idle, not waiting for I/O), from /proc/stat: with the
+    broker's and the consumer's, it tells whether a phase was bound by the 2 CPUs or by latency."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def catch_up(bootstrap: str, topic: str, partitions: list[int], seconds: float, out) -> None:
@@ -412,12 +430,15 @@ def results_block(results: list[dict], tail: dict | None, args, wall: float) -> 
         ok = "meets" if ratio <= TAIL_TARGET else "misses"
         lines += ["", f"Tail p99 with catch-up / without: {ratio:.2f} ({ok} the {TAIL_TARGET} target)."]
     lines += ["", "<details><summary>Every round</summary>", "",
-              "| Store | Partitions | Round | Topic | MB/s | Broker CPU ms/MB |", "| --- | --- | --- | --- | --- | --- |"]
+              "| Store | Partitions | Round | Topic | MB/s | CPU ms/MB: broker | consumer | all CPUs |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         for i, rnd in enumerate(r["rounds"]):
             for topic in ("local", "remote"):
-                lines.append(f"| {r['kind']} | {r['partitions']} | {i} | {topic} | {rnd[topic]['mb_s']:.0f} | "
-                             f"{rnd[topic]['broker_cpu_ms_per_mb']:.2f} |")
+                t = rnd[topic]
+                lines.append(f"| {r['kind']} | {r['partitions']} | {i} | {topic} | {t['mb_s']:.0f} | "
+                             f"{t['broker_cpu_ms_per_mb']:.2f} | {t.get('consumer_cpu_ms_per_mb', 0):.2f} | "
+                             f"{t.get('machine_cpu_ms_per_mb', 0):.2f} |")
     lines += ["", "</details>", END]
     return "\n".join(lines)
 
