@@ -358,9 +358,10 @@ class RemoteLogReader:
         wait = slot.wait if slot is not None else None
         for _ in range(1000):
             pos = self._resume_at.get((md.segment_id.id, offset))
-            if pos is None and offset == md.start_offset:
-                # its first batch: the first chunk's GET need not wait for the offset index's. The index is still
-                # requested (cached for seeks; its small GETs give the store estimate its latency: remote_chunks.py)
+            if pos is None and offset <= md.start_offset:
+                # from its first batch (or from the next segment, below): the first chunk's GET need not wait for the
+                # offset index's. The index is still requested (cached for seeks; its small GETs give the store
+                # estimate its latency: remote_chunks.py)
                 pos = 0
                 self._index(md)
             if pos is None:
@@ -448,18 +449,19 @@ class RemoteLogReader:
         """Request the transaction indexes a read_committed Fetch's lookup will take first: the lookup needs the
         read's end (Kafka's order), and done after it would add a store round trip or two to a cold Fetch (at 30 ms a
         GET, ~100 ms measured at 16 segments). Those of the segment holding `offset` and of the next ones its walk
-        requests at once (TXN_INDEXES_AHEAD), or its own only where a walk from it is remembered as empty; nothing
-        once its own is cached (a reader going on within the segment: its walk's GETs were made)."""
+        requests at once (TXN_INDEXES_AHEAD), up to the first remembered as empty (EmptyWalks: the walk stops
+        there); nothing once its own is cached (a reader going on within the segment: its walk's GETs were made)."""
         md = self.segment_for_offset(tip, lg, offset) if tip is not None else None
         if md is None or _txn_key(md) in self._indexes.entries:
             return
         self._txn_index(md)
         version = self.rlmm.segments_version(tip)
-        if version is not None and self._empty_walks.empty_after(tip, (version, _epochs_version(lg)),
-                                                                 md.segment_id.id):
-            return
-        for nxt in itertools.islice(self._following(tip, md, lg), TXN_INDEXES_AHEAD - 1):
-            self._txn_index(nxt)
+        stamp = (version, _epochs_version(lg)) if version is not None else None
+        for seg in itertools.chain((md,), itertools.islice(self._following(tip, md, lg), TXN_INDEXES_AHEAD - 1)):
+            if seg is not md:
+                self._txn_index(seg)
+            if stamp is not None and self._empty_walks.empty_after(tip, stamp, seg.segment_id.id):
+                return                  # as the walk: nothing after a segment remembered as empty is read
 
     def _txn_index(self, md: RemoteLogSegmentMetadata):
         async def load():

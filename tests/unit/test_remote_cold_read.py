@@ -70,7 +70,8 @@ async def test_a_read_committed_read_requests_the_transaction_indexes_with_the_r
         b.rlm.consumed("t", 0, 6, plain)
 
         gate.clear()
-        task = b.rlm.remote_read("t", 0, part.log, 0, 1 << 20, True, read_committed=True)
+        views, task = part.read(0, 1 << 20, min_one_message=True, read_committed=True)    # as a Fetch reads
+        assert views == () and task is not None
         await asyncio.sleep(0.2)
         assert not task.done()
         # the walk from [0-2] reads its index and the later segments': all asked for while the read waits
@@ -80,5 +81,15 @@ async def test_a_read_committed_read_requests_the_transaction_indexes_with_the_r
         assert offsets(views) == [0, 1, 2]
         assert await part.remote_aborted_transactions(0, views) == []
         assert len(store.got(IndexType.TRANSACTION.value)) == 3             # the lookup found them cached
+
+        # that lookup's walk is remembered as empty after [0-2], so after [3-5] too: with the indexes evicted, a
+        # read from [3-5] asks for its own index only, as its lookup will
+        b.rlm._indexes.drop(lambda key: True)
+        _, task = part.read(3, 1 << 20, min_one_message=True, read_committed=True)
+        await asyncio.sleep(0.2)
+        assert store.got(IndexType.TRANSACTION.value)[3:] == [3]
+        views = await asyncio.wait_for(task, 10)
+        assert await part.remote_aborted_transactions(3, views) == []
+        assert store.got(IndexType.TRANSACTION.value)[3:] == [3]
     finally:
         await b.close()
