@@ -46,39 +46,55 @@ class _TxnIndex:
 
 
 class _Indexes:
-    """A remote segment's offset and time index, parsed from Kafka's on-disk formats."""
-    __slots__ = ("base", "offsets", "positions", "times", "time_offsets", "size")
+    """A remote segment's offset and time index in Kafka's on-disk formats, searched where they lie (as Kafka's
+    OffsetIndex and TimeIndex search their mappings): parsing every entry into lists took ~2 ms of the event loop
+    per 64 MiB segment of 16 KiB batches, once for each segment a consumer reads."""
+    __slots__ = ("base", "offset_index", "time_index", "n_offsets", "n_times", "size")
 
     def __init__(self, base: int, offset_index: bytes, time_index: bytes):
         self.base = base
-        self.offsets: list[int] = []
-        self.positions: list[int] = []
-        for i in range(len(offset_index) // 8):
-            rel, pos = _OFFSET_ENTRY.unpack_from(offset_index, 8 * i)
-            if self.offsets and (base + rel <= self.offsets[-1] or pos <= self.positions[-1]):
-                break                                  # preallocated zero tail of an untrimmed index
-            self.offsets.append(base + rel)
-            self.positions.append(pos)
-        self.times: list[int] = []
-        self.time_offsets: list[int] = []
-        for i in range(len(time_index) // 12):
-            ts, rel = _TIME_ENTRY.unpack_from(time_index, 12 * i)
-            if self.times and (ts <= self.times[-1] or base + rel < self.time_offsets[-1]):
-                break
-            self.times.append(ts)
-            self.time_offsets.append(base + rel)
+        self.offset_index, self.time_index = offset_index, time_index
+        self.n_offsets = _entries(offset_index, _OFFSET_ENTRY.size)
+        self.n_times = _entries(time_index, _TIME_ENTRY.size)
         self.size = len(offset_index) + len(time_index) + 64
 
     def position_for(self, offset: int) -> int:
         """Position of the batch to start scanning at for `offset` (largest entry with offset <= target)."""
-        import bisect
-        i = bisect.bisect_right(self.offsets, offset) - 1
-        return self.positions[i] if i >= 0 else 0
+        i = _last_at_most(self.offset_index, _OFFSET_ENTRY, self.n_offsets, offset - self.base)
+        return _OFFSET_ENTRY.unpack_from(self.offset_index, i * _OFFSET_ENTRY.size)[1] if i >= 0 else 0
 
     def offset_for_timestamp(self, ts: int) -> int:
-        import bisect
-        i = bisect.bisect_right(self.times, ts) - 1
-        return self.time_offsets[i] if i >= 0 else self.base
+        i = _last_at_most(self.time_index, _TIME_ENTRY, self.n_times, ts)
+        return self.base + _TIME_ENTRY.unpack_from(self.time_index, i * _TIME_ENTRY.size)[1] if i >= 0 else self.base
+
+
+def _entries(index: bytes, width: int) -> int:
+    """The entries of an index before its preallocated zero tail (an index uploaded untrimmed), by bisection: past
+    the first, an entry is all zeros only in the tail (the entries before it increase)."""
+    lo, hi = 1, len(index) // width
+    if hi == 0:
+        return 0
+    zero = bytes(width)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if index[mid * width:(mid + 1) * width] == zero:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _last_at_most(index: bytes, entry: struct.Struct, n: int, target: int) -> int:
+    """The last of the first `n` entries whose first field (the relative offset, or the timestamp) is <= target
+    (the index increases in it), or -1."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if entry.unpack_from(index, mid * entry.size)[0] <= target:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
 
 
 class _LruFutures:
