@@ -437,8 +437,8 @@ def results_block(results: list[dict], tail: dict | None, args, wall: float) -> 
             for topic in ("local", "remote"):
                 t = rnd[topic]
                 lines.append(f"| {r['kind']} | {r['partitions']} | {i} | {topic} | {t['mb_s']:.0f} | "
-                             f"{t['broker_cpu_ms_per_mb']:.2f} | {t.get('consumer_cpu_ms_per_mb', 0):.2f} | "
-                             f"{t.get('machine_cpu_ms_per_mb', 0):.2f} |")
+                             f"{t['broker_cpu_ms_per_mb']:.2f} | {t['consumer_cpu_ms_per_mb']:.2f} | "
+                             f"{t['machine_cpu_ms_per_mb']:.2f} |")
     lines += ["", "</details>", END]
     return "\n".join(lines)
 

@@ -425,10 +425,7 @@ class RemoteLogReader:
         if md is None:
             return out, seen, False
 
-        def versions():
-            return self.rlmm.segments_version(tip), _epochs_version(lg)
-        version = self.rlmm.segments_version(tip) if walks is not None else None
-        stamp = (version, _epochs_version(lg)) if version is not None else None
+        stamp = self._walk_stamp(tip, lg) if walks is not None else None
         remembered = stamp is not None and walks.empty_after(tip, stamp, md.segment_id.id)
         used = remembered
         ahead = [md]                            # segments whose index GETs were started, in order
@@ -439,7 +436,7 @@ class RemoteLogReader:
             while len(ahead) < TXN_INDEXES_AHEAD and (nxt := next(following, None)) is not None:
                 ahead.append(nxt)    # their GETs at once, not one store round trip after another
                 self._txn_index(nxt)
-                if stamp is not None and walks.empty_after(tip, stamp, nxt.segment_id.id) and versions() == stamp:
+                if stamp is not None and walks.empty_after(tip, stamp, nxt.segment_id.id) and self._walk_stamp(tip, lg) == stamp:
                     following, used = iter(()), True    # what follows `nxt` is what followed it from there
             seg = ahead.pop(0)
             if seg is not md:
@@ -455,7 +452,7 @@ class RemoteLogReader:
                     out.append(e)
             if complete:
                 return out, seen, True
-        if stamp is not None and versions() != stamp:
+        if stamp is not None and self._walk_stamp(tip, lg) != stamp:
             return out, seen, (None if used else False)     # not remembered: what it walked may be stale
         if stamp is not None and not found_after:
             walks.remember(tip, stamp, [md, *path])
@@ -470,14 +467,17 @@ class RemoteLogReader:
         md = self.segment_for_offset(tip, lg, offset) if tip is not None else None
         if md is None or _txn_key(md) in self._indexes.entries:
             return
-        self._txn_index(md)
-        version = self.rlmm.segments_version(tip)
-        stamp = (version, _epochs_version(lg)) if version is not None else None
+        stamp = self._walk_stamp(tip, lg)
         for seg in itertools.chain((md,), itertools.islice(self._following(tip, md, lg), TXN_INDEXES_AHEAD - 1)):
-            if seg is not md:
-                self._txn_index(seg)
+            self._txn_index(seg)
             if stamp is not None and self._empty_walks.empty_after(tip, stamp, seg.segment_id.id):
                 return                  # as the walk: nothing after a segment remembered as empty is read
+
+    def _walk_stamp(self, tip, lg) -> tuple | None:
+        """(segments version, epochs version): what a remembered walk holds for (EmptyWalks); None when the metadata
+        manager keeps no version (nothing is remembered then)."""
+        version = self.rlmm.segments_version(tip)
+        return (version, _epochs_version(lg)) if version is not None else None
 
     def _txn_index(self, md: RemoteLogSegmentMetadata):
         async def load():
