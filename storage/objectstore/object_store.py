@@ -95,14 +95,6 @@ def check_range(start: int, end: int | None) -> None:
         raise ValueError(f"invalid range [{start}, {end}): need 0 <= start <= end")
 
 
-def reads_into(store) -> bool:
-    """Whether `store` has `get_into(key, start, view)`: a ranged GET into a buffer the caller owns, answering the
-    view of it that was filled (shorter at the object's end). A reader that reuses its buffers saves the page
-    faults of fresh memory for every GET, which cost more than the copy; only the local filesystem store has it
-    (and wrappers of it): an S3 body arrives as bytes anyway."""
-    return bool(getattr(store, "reads_into", False))
-
-
 async def list_all(store: ObjectStore, prefix: str = "") -> list[ObjectInfo]:
     """Convenience for small prefixes (tests, manifests); large listings should iterate `store.list`."""
     return [info async for info in store.list(prefix)]

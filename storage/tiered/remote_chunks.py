@@ -119,12 +119,6 @@ class ReadAhead:
         self.window = min(self.max_window, want)
 
 
-def _pooled(data) -> int:
-    """1 for a chunk read into one of ChunkCache's buffers (the only bytearrays chunks are), which its list refers
-    to as well, else 0."""
-    return type(data) is bytearray
-
-
 @dataclass(eq=False)
 class _Chunk:
     future: asyncio.Future
@@ -154,8 +148,6 @@ class ChunkCache:
         self._room: deque[tuple[_Chunk, asyncio.Future]] = deque()  # readers' GETs waiting for room, in order
         self._released: list[tuple[bytes, int]] = []   # evicted chunks that views (responses) still hold
 
-        self._pool: dict[int, list[bytearray]] = {}   # full chunks' buffers by size, free or in use (buffer())
-        self.pool_bytes = 0       # their bytes: at most the capacity
         self.peak = 0               # the most memory() has been
         self._dropped = 0           # bytes of GETs in flight whose chunk was forgotten (in in_flight, not in bytes)
         self._held = 0              # `held` when last computed
@@ -164,33 +156,9 @@ class ChunkCache:
     def held(self) -> int:
         """Bytes of evicted chunks still alive because views of them (a response being sent) hold them."""
         # a chunk referenced only by this list's tuple, the loop variable and getrefcount's argument is free
-        self._released = [(d, n) for d, n in self._released if sys.getrefcount(d) > 3 + _pooled(d)]
+        self._released = [(d, n) for d, n in self._released if sys.getrefcount(d) > 3]
         self._held = sum(n for _, n in self._released)
         return self._held
-
-    def buffer(self, size: int) -> bytearray | None:
-        """A buffer for a GET of a whole chunk of `size` bytes: a free one of that size, or a new one while all of
-        them fit the capacity (free ones of other sizes are let go to make room), else None (the GET brings its own
-        bytes). Free means nothing but this list refers to it: no chunk (its future is gone with its entry), no view
-        of it (a response being sent holds a view, and a view holds its buffer), no GET still writing into it (a
-        cancelled one's thread holds its view until it returns). Reused buffers save what fresh memory costs: a
-        page fault per page that the GET writes and the unmapping when it is freed, more than the copy itself."""
-        free = self._pool.setdefault(size, [])
-        for buf in free:
-            if sys.getrefcount(buf) == 3:         # the list, `buf` and the argument
-                return buf
-        if self.pool_bytes + size > self.capacity:
-            for other, bufs in self._pool.items():
-                if other != size:
-                    keep = [b for b in bufs if sys.getrefcount(b) > 3]       # 3: the list, `b`, the argument
-                    self.pool_bytes -= other * (len(bufs) - len(keep))
-                    bufs[:] = keep
-            if self.pool_bytes + size > self.capacity:
-                return None
-        buf = bytearray(size)
-        free.append(buf)
-        self.pool_bytes += size
-        return buf
 
     def contains(self, key) -> bool:
         return key in self.entries
@@ -381,8 +349,7 @@ class ChunkCache:
         del self.entries[key]
         if e.done:
             data = e.future.result()
-            # the future's result, `data`, the argument (and the buffers' list): views hold it too
-            if sys.getrefcount(data) > 3 + _pooled(data):
+            if sys.getrefcount(data) > 3:       # the future's result, `data`, the argument: views hold it too
                 self._released.append((data, e.size))
                 self._held += e.size
             self.bytes -= e.size
@@ -414,16 +381,14 @@ class ChunkCache:
 @dataclass(frozen=True)
 class RangedObject:
     """An object read in chunks: `key` names it in the cache (any hashable), `size` is its length, `fetch(start, end)`
-    GETs bytes [start, end) (and refuses a short answer), `fetch_into(start, end, buffer)`, when the store can, GETs
-    them into a buffer of the cache's (ChunkCache.buffer) and answers it, `after(window, count)` is called when a
-    read-ahead reaches past its end, with the reader's window and how many chunks of it fall past the end (to go on
-    with what a sequential reader wants next: the next segment); it returns whether all of that was requested
-    (RangedReads.start), and is called again only if not or once the reader moves on."""
+    GETs bytes [start, end) (and refuses a short answer), `after(window, count)` is called when a read-ahead reaches
+    past its end, with the reader's window and how many chunks of it fall past the end (to go on with what a
+    sequential reader wants next: the next segment); it returns whether all of that was requested (RangedReads.start),
+    and is called again only if not or once the reader moves on."""
     key: object
     size: int
     fetch: Callable[[int, int], object]
     after: Callable[[int, int], bool] | None = None
-    fetch_into: Callable[[int, int, bytearray], object] | None = None   # fetch(start, end) into a reused buffer
 
 
 class _Chunks:
@@ -444,14 +409,7 @@ class _Chunks:
     def __getitem__(self, i: int):
         obj, start = self.obj, i * self.cs
         end = min(start + self.cs, obj.size)
-        if obj.fetch_into is None or end - start != self.cs:
-            return (obj.key, self.cs, i), end - start, lambda: obj.fetch(start, end)
-        cache = self.reads.cache
-
-        def make():
-            buf = cache.buffer(self.cs)     # taken when the GET starts, not when it is queued
-            return obj.fetch(start, end) if buf is None else obj.fetch_into(start, end, buf)
-        return (obj.key, self.cs, i), end - start, make
+        return (obj.key, self.cs, i), end - start, lambda: obj.fetch(start, end)
 
 
 class RangedReads:

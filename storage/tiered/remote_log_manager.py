@@ -121,8 +121,6 @@ class _ChunkCacheCollector:
         yield GaugeMetricFamily(ns + "memory_peak_bytes", "the most memory_bytes has been since the broker started",
                                 value=c.peak)
         yield GaugeMetricFamily(ns + "buffer_limit_bytes", "remote.fetch.max.memory.bytes", value=c.capacity)
-        yield GaugeMetricFamily(ns + "pool_bytes", "bytes of the buffers whole chunks are read into, in use or kept "
-                                "free for reuse (at most remote.fetch.max.memory.bytes)", value=c.pool_bytes)
         for name, value, doc in (("chunk_hits", c.hits, "reads of a chunk already held"),
                                  ("chunk_waits", c.waits, "reads of a chunk still on its way (read ahead)"),
                                  ("chunk_misses", c.misses, "reads that had to start their chunk's GET"),

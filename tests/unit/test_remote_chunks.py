@@ -351,12 +351,6 @@ class _GatedStore:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    async def get_into(self, key, start, view):
-        """As get (gated, and counted where a test counts GETs), into the reader's reused buffer."""
-        data = await self.get(key, start, start + len(view))
-        view[:len(data)] = data
-        return view[:len(data)]
-
 
 async def test_a_fetch_that_stops_waiting_gets_the_whole_batches_read_so_far(tmp_path):
     """Issue 27: a remote read still running when remote.fetch.max.wait.ms ends answers the whole batches it has
