@@ -436,7 +436,8 @@ class RemoteLogReader:
             while len(ahead) < TXN_INDEXES_AHEAD and (nxt := next(following, None)) is not None:
                 ahead.append(nxt)    # their GETs at once, not one store round trip after another
                 self._txn_index(nxt)
-                if stamp is not None and walks.empty_after(tip, stamp, nxt.segment_id.id) and self._walk_stamp(tip, lg) == stamp:
+                if (stamp is not None and walks.empty_after(tip, stamp, nxt.segment_id.id)
+                        and self._walk_stamp(tip, lg) == stamp):
                     following, used = iter(()), True    # what follows `nxt` is what followed it from there
             seg = ahead.pop(0)
             if seg is not md:
