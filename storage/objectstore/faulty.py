@@ -33,7 +33,8 @@ import aiohttp
 import botocore.exceptions as bce
 
 from storage.objectstore.object_store import (
-    ObjectInfo, ObjectNotFound, ObjectStore, ObjectStoreError, PreconditionFailed, check_range, validate_key,
+    ObjectInfo, ObjectNotFound, ObjectStore, ObjectStoreError, PreconditionFailed, check_range, reads_into,
+    validate_key,
 )
 from storage.objectstore.s3 import S3ObjectStore
 
@@ -231,6 +232,17 @@ class FaultyObjectStore:
                 raise ObjectNotFound(f"{key!r} not found")
             return b""
         return await self._op("get", key, lambda: self.inner.get(key, start, end))
+
+    @property
+    def reads_into(self) -> bool:
+        return reads_into(self.inner)
+
+    async def get_into(self, key: str, start: int, view: memoryview) -> memoryview:
+        """As get, into the caller's buffer (object_store.reads_into): the same latency, bandwidth and faults (a
+        short answer is a shorter view)."""
+        check_range(start, start + len(view))
+        validate_key(key)
+        return await self._op("get", key, lambda: self.inner.get_into(key, start, view))
 
     async def head(self, key: str) -> ObjectInfo | None:
         return await self._op("head", validate_key(key), lambda: self.inner.head(key))

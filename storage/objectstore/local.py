@@ -75,6 +75,13 @@ class LocalObjectStore:
         check_range(start, end)
         return await self._run(self._get, validate_key(key), start, end)
 
+    reads_into = True       # object_store.reads_into
+
+    async def get_into(self, key: str, start: int, view: memoryview) -> memoryview:
+        """Bytes [start, start + len(view)) read into `view`; the part of it filled (shorter at the object's end)."""
+        check_range(start, start + len(view))
+        return await self._run(self._get_into, validate_key(key), start, view)
+
     async def head(self, key: str) -> ObjectInfo | None:
         return await self._run(self._head, validate_key(key))
 
@@ -243,6 +250,19 @@ class LocalObjectStore:
                 parts.append(part)
                 pos += len(part)
             return b"".join(parts)
+        finally:
+            os.close(fd)
+
+    def _get_into(self, key: str, start: int, view: memoryview) -> memoryview:
+        fd = self._open_object(key)
+        try:
+            got = 0
+            while got < len(view):           # preadv may return short reads for large ranges
+                n = os.preadv(fd, [view[got:]], start + got)
+                if not n:
+                    break                    # the object's end
+                got += n
+            return view[:got]
         finally:
             os.close(fd)
 

@@ -95,6 +95,13 @@ def check_range(start: int, end: int | None) -> None:
         raise ValueError(f"invalid range [{start}, {end}): need 0 <= start <= end")
 
 
+def reads_into(store) -> bool:
+    """Whether `store` has `get_into(key, start, view)`: a ranged GET into a buffer the caller owns, answering the
+    view of it that was filled (shorter at the object's end). The remote tier's reader reuses its chunks' buffers
+    through it: fresh memory for each GET costs page faults and an unmapping, more than the copy into it."""
+    return bool(getattr(store, "reads_into", False))
+
+
 async def list_all(store: ObjectStore, prefix: str = "") -> list[ObjectInfo]:
     """Convenience for small prefixes (tests, manifests); large listings should iterate `store.list`."""
     return [info async for info in store.list(prefix)]

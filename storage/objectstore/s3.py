@@ -140,6 +140,46 @@ class S3ObjectStore:
             return _ranged(data, resp.get("ContentRange"), start, end) if "Range" in kwargs else data
         return await self._call(f"get {key!r}", fn)
 
+    reads_into = True       # object_store.reads_into
+
+    async def get_into(self, key: str, start: int, view: memoryview) -> memoryview:
+        """As get(key, start, start + len(view)), but the body goes into `view` piece by piece as it arrives (each
+        piece aiohttp hands over is copied once, straight into `view`) instead of being joined into fresh memory;
+        the part of `view` filled, shorter at the object's end."""
+        end = start + len(view)
+        check_range(start, end)
+        if not view:
+            return view[:len(await self.get(key, start, end))]
+        kwargs = {"Bucket": self.bucket, "Key": self.prefix + validate_key(key), "Range": f"bytes={start}-{end - 1}"}
+
+        async def fn(c):
+            try:
+                resp = await self._answer(c.get_object(**kwargs))
+            except bce.ClientError as e:
+                if _code(e) == "InvalidRange":  # start at or past the end: nothing, as get answers
+                    return view[:0]
+                raise
+            got = 0
+            async with resp["Body"] as body:  # read inside the semaphore and the retry loop
+                if not resp.get("ContentRange"):        # a server that ignored the Range header: the whole object
+                    data = _ranged(await body.read(), None, start, end)
+                    view[:len(data)] = data
+                    return view[:len(data)]
+                # aiohttp's StreamReader (aiobotocore 3 names the response raw_stream; 2 proxies it): each piece
+                # as it came off the socket, copied into `view`; read(n) and readinto join pieces into fresh memory
+                content = getattr(body, "raw_stream", body).content
+                while got < len(view):
+                    piece, chunk_end = await content.readchunk()
+                    if not piece:
+                        if chunk_end:
+                            continue            # the end of an HTTP chunk (chunked encoding), not of the body
+                        break
+                    n = min(len(piece), len(view) - got)
+                    view[got:got + n] = memoryview(piece)[:n]
+                    got += n
+            return view[:_ranged_length(resp["ContentRange"], start, end, got)]
+        return await self._call(f"get {key!r}", fn)
+
     async def head(self, key: str) -> ObjectInfo | None:
         full = self.prefix + validate_key(key)
         try:
@@ -300,13 +340,18 @@ def _ranged(data: bytes, content_range: str | None, start: int, end: int | None)
     Content-Range)."""
     if not content_range:
         return data[start:end]
+    return data[:_ranged_length(content_range, start, end, len(data))]
+
+
+def _ranged_length(content_range: str, start: int, end: int | None, got: int) -> int:
+    """How many of the `got` bytes that came with `content_range` are [start, end) of the object (see _ranged)."""
     m = _CONTENT_RANGE.fullmatch(content_range.strip())
     first, last = (int(m[1]), int(m[2])) if m else (-1, -1)
     size = last + 1 if not m or m[3] == "*" else int(m[3])
     need = max(0, (size if end is None else min(end, size)) - start)
-    if first != start or len(data) < need:
-        raise bce.IncompleteReadError(actual_bytes=len(data), expected_bytes=need)
-    return data[:need]
+    if first != start or got < need:
+        raise bce.IncompleteReadError(actual_bytes=got, expected_bytes=need)
+    return need
 
 
 def _code(e: bce.ClientError) -> str:

@@ -23,7 +23,7 @@ from moto_server import (  # noqa: F401  (moto_server, private_moto_server are f
 )
 from storage.objectstore.local import LocalObjectStore
 from storage.objectstore.object_store import (
-    ObjectNotFound, ObjectStore, ObjectStoreError, PreconditionFailed, list_all, open_object_store,
+    ObjectNotFound, ObjectStore, ObjectStoreError, PreconditionFailed, list_all, open_object_store, reads_into,
 )
 from storage.objectstore.s3 import MiB, S3ObjectStore
 
@@ -61,6 +61,22 @@ async def test_ranged_get_is_a_slice(store):
     for start, end in [(-1, None), (10, 5)]:
         with pytest.raises(ValueError):
             await store.get("seg", start, end)
+
+
+async def test_ranged_get_into_a_buffer_is_the_same_slice(store):
+    """get_into (object_store.reads_into: the remote reader's reused chunk buffers) answers what get does, in the
+    caller's buffer: the view filled, shorter at the object's end, empty past it; a missing key is ObjectNotFound."""
+    assert reads_into(store)
+    data = os.urandom(300_000)
+    await store.put("seg", data)
+    for start, length in [(0, 300_000), (10, 20), (0, 1), (299_000, 1000), (299_000, 5000), (300_000, 10),
+                          (400_000, 10), (5, 0), (123_456, 100_000)]:
+        buf = bytearray(b"\xaa" * length)
+        got = await store.get_into("seg", start, memoryview(buf))
+        assert bytes(got) == data[start:start + length], (start, length)
+        assert buf[len(got):] == b"\xaa" * (length - len(got))       # nothing written past what came
+    with pytest.raises(ObjectNotFound):
+        await store.get_into("nope", 0, memoryview(bytearray(10)))
 
 
 async def test_missing_keys(store):
