@@ -123,6 +123,7 @@ class RemoteReader:
         (an object shorter than its metadata): the read then ends there and says so. When the read-ahead reaches past
         its end it goes on with the segments of the `following` pieces read from their start (the task reads them
         next), as the broker's reader goes on with the next segment."""
+        from storage.objectstore.object_store import reads_into
         from storage.tiered.remote_chunks import RangedObject
         store, estimate = self.client.store, self.reads.estimate
 
@@ -132,12 +133,21 @@ class RemoteReader:
             self.bytes += len(data)
             return data
 
+        fetch_into = None
+        if reads_into(store):
+            async def fetch_into(start: int, end: int, buf: bytearray):
+                """As fetch, into a buffer the chunk cache reuses (chunk_buffers.py)."""
+                got = await estimate.timed(store.get_into(key, start, memoryview(buf)))
+                self.gets += 1
+                self.bytes += len(got)
+                return buf if len(got) == len(buf) else got
+
         def after(window: int, count: int) -> bool:
             nxt = following[0] if following else None
             if nxt is not None and nxt.key_prefix is not None and nxt.size >= 0 and nxt.start == nxt.segment_start:
                 return self.reads.start(self._object(nxt.key_prefix + ".log", nxt.size, following[1:]), window, count)
             return True                     # nothing after this that is read as an object: nothing to request
-        return RangedObject(key, size, fetch, after)
+        return RangedObject(key, size, fetch, after, fetch_into)
 
     def read(self, piece: Piece, builder, ts_lo: int | None = None, txn: tuple | None = None,
              following: tuple = ()) -> Iterator:

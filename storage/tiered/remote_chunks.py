@@ -13,8 +13,10 @@ reader that waits for one chunk at a time reads at a fraction of the local log's
 - `ChunkCache` holds chunks, in flight and done, within `remote.fetch.max.memory.bytes`: a read-ahead is only started
   while bytes in flight plus chunks fetched ahead and not yet read fit the budget, a reader's own GET waits while
   the GETs under way already take the whole budget, and done chunks are evicted least recently used first. Chunks
-  evicted while responses still hold views of them count against the budget until those are sent. It counts hits,
-  misses, waits and read-ahead bytes evicted unread (prefetch waste).
+  evicted while responses still hold views of them count against the budget until those are sent. Where the store
+  can read into a buffer (object_store.reads_into), whole chunks are read into buffers the cache reuses once nothing
+  refers to them any more (`FreeBuffers`), also within the budget. It counts hits, misses, waits and read-ahead bytes
+  evicted unread (prefetch waste).
 - `RangedReads` puts them together for any object read in order (a `RangedObject`): the broker's remote tier and
   Spark's direct reads of the store use it alike.
 """
@@ -28,6 +30,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable
 
+from storage.tiered.chunk_buffers import FreeBuffers, ReadInto, clear_frames, unreferenced
+
 MIN_CHUNK = 2 << 20
 MAX_CHUNK = 16 << 20
 MIN_SHARED_CHUNK = 256 << 10   # the smallest chunk when many objects share the budget
@@ -35,6 +39,7 @@ SHARE_CHUNKS = 6          # chunks an object's share of the budget holds at leas
 PAST_END = 32             # parts read ahead past an object's end, into the objects after it, at most
 ACTIVE = 5.0              # seconds since its last read for which an object counts as being read (shares the budget)
 STALE_AHEAD = 10.0        # seconds after which a chunk read ahead and never read may be evicted for new read-ahead
+TIDY = 0.5                # seconds between looks at what responses still hold, while they hold any (ChunkCache._tidy)
 
 
 class GetEstimate:
@@ -129,6 +134,8 @@ class _Chunk:
     passed: bool = False       # a sequential reader has moved on to the next chunk
     started: bool = False      # its GET was sent (counted in ChunkCache.started until its answer is in `bytes`)
     dropped: bool = False      # forgotten while its GET was in flight
+    into: bool = False         # its GET reads into a buffer of the cache's (ReadInto) ...
+    buffer: bytearray | None = None     # ... this one, from when it is sent until the chunk is forgotten
 
 
 class ChunkCache:
@@ -146,7 +153,10 @@ class ChunkCache:
         self.pending: set[asyncio.Future] = set()   # GETs not answered yet, held or dropped (close() ends them)
         self.started = 0            # bytes of GETs under way (a reader's own GET waits while these fill the budget)
         self._room: deque[tuple[_Chunk, asyncio.Future]] = deque()  # readers' GETs waiting for room, in order
-        self._released: list[tuple[bytes, int]] = []   # evicted chunks that views (responses) still hold
+        self._released: list[tuple[object, int, bool]] = []   # evicted chunks that views (responses) still hold,
+        #   with their bytes and whether they are the cache's buffers (FreeBuffers once nothing holds them)
+        self.free = FreeBuffers()
+        self._tidying: asyncio.TimerHandle | None = None
 
         self.peak = 0               # the most memory() has been
         self._dropped = 0           # bytes of GETs in flight whose chunk was forgotten (in in_flight, not in bytes)
@@ -154,11 +164,42 @@ class ChunkCache:
 
     @property
     def held(self) -> int:
-        """Bytes of evicted chunks still alive because views of them (a response being sent) hold them."""
-        # a chunk referenced only by this list's tuple, the loop variable and getrefcount's argument is free
-        self._released = [(d, n) for d, n in self._released if sys.getrefcount(d) > 3]
-        self._held = sum(n for _, n in self._released)
+        """Bytes of evicted chunks still alive because views of them (a response being sent) hold them, or because
+        a GET that failed or was cancelled may still write into them. The cache's own buffers among those nothing
+        holds any more become free buffers."""
+        held = []
+        for item, free in zip(self._released, unreferenced(self._released)):
+            if not free:
+                held.append(item)
+            elif item[2]:
+                self.free.put(item[0])
+        self._released = held
+        self._held = sum(n for _, n, _ in held)
         return self._held
+
+    def _release(self, data, size: int, ours: bool) -> None:
+        """An evicted chunk's bytes, or the buffer of a GET whose answer is not kept: held until nothing else refers
+        to them (held), then free (the cache's buffers) or gone. While any are held, the cache looks again every
+        half second, so that free buffers over the budget are let go though no read comes (_tidy)."""
+        self._released.append((data, size, ours))
+        self._held += size
+        if self._tidying is None:
+            try:
+                self._tidying = asyncio.get_running_loop().call_later(TIDY, self._tidy)
+            except RuntimeError:
+                pass                        # no loop (a test driving the cache by hand): the next read does it
+
+    def _tidy(self) -> None:
+        self._tidying = None
+        self._within(0, 0)
+        if self._released:
+            self._tidying = asyncio.get_running_loop().call_later(TIDY, self._tidy)
+
+    def figures(self) -> tuple[int, int]:
+        """(held, memory()) as last counted, for another thread (a metrics scrape): it must not recount, which
+        changes what is held and free under the event loop."""
+        held = self._held
+        return held, self.memory(held)
 
     def contains(self, key) -> bool:
         return key in self.entries
@@ -251,7 +292,7 @@ class ChunkCache:
         """Request a chunk; `gate` (a reader's own chunk, or the one it reads next) waits while the GETs under way
         take the budget, other read-ahead was admitted by room_ahead."""
         gate = not ahead if gate is None else gate
-        e = _Chunk(None, size, ahead, used=time.monotonic())
+        e = _Chunk(None, size, ahead, used=time.monotonic(), into=type(make) is ReadInto)
         e.future = asyncio.ensure_future(self._get(e, make, wait=gate))
         self.entries[key] = e
         self.pending.add(e.future)
@@ -265,7 +306,7 @@ class ChunkCache:
         as done (ChunkCache._done). A reader's own GET (`wait`) first waits, in order, while what is in memory and
         under way leaves no room for it once done chunks are evicted (read-ahead is kept within the budget by
         room_ahead instead)."""
-        if wait and self.started and (self._room or not self._fits(e.size)):
+        if wait and self.started and (self._room or not self._fits(e)):
             turn = asyncio.get_running_loop().create_future()
             self._room.append((e, turn))
             try:
@@ -278,23 +319,32 @@ class ChunkCache:
         else:
             e.started = True
             self.started += e.size
-            self._evict(None)                 # done chunks make room for what this GET brings
-        return await make()
+            self._evict(None, want=e.size if e.into else 0)  # done chunks make room for what this GET brings
+        if not e.into:
+            return await make()
+        e.buffer = self.free.take(e.size)     # counted in `started` from here, no longer in free.bytes
+        try:
+            return await make.fill(e.buffer)
+        except BaseException as exc:          # failed or cancelled: its frames must not keep the buffer
+            clear_frames(exc)
+            raise
 
-    def _fits(self, size: int) -> bool:
-        """Whether a GET of `size` fits the budget beside what is in memory, once done chunks are evicted for it."""
-        self._evict(None, size)
-        return self.memory(self._held) + size <= self.capacity
+    def _fits(self, e: _Chunk) -> bool:
+        """Whether chunk `e`'s GET fits the budget beside what is in memory, once done chunks are evicted for it."""
+        want = e.size if e.into else 0
+        self._evict(None, e.size, want)
+        return self.memory(self._held) - (want if self.free.has(want) else 0) + e.size <= self.capacity
 
     def _wake(self) -> None:
         while self._room:
             e, turn = self._room[0]
-            if self.started and not self._fits(e.size):
+            if not self._fits(e) and self.started:   # done chunks are evicted for it even when it goes anyway
                 return
             self._room.popleft()
             if not turn.done():
                 e.started = True
                 self.started += e.size
+                self.peak = max(self.peak, self.memory(self._held) - (e.size if e.into and self.free.has(e.size) else 0))
                 turn.set_result(None)
 
     def _done(self, key, e: _Chunk) -> None:
@@ -309,9 +359,11 @@ class ChunkCache:
                 if self.entries.get(key) is e:
                     del self.entries[key]
                     self.bytes -= asked
+                self._unkept(e)               # its thread may still write into it; its traceback refers to it
                 return
-            got = len(f.result())
+            got = len(f.result()) if e.buffer is None else len(e.buffer)   # a short answer still takes its buffer
             if self.entries.get(key) is not e:
+                self._unkept(e)
                 return                        # forgotten while in flight (see the finally)
             self.bytes += got - asked
             e.size, e.done = got, True
@@ -324,34 +376,61 @@ class ChunkCache:
             if e.started:
                 self._wake()
 
-    def _evict(self, keep, room: int = 0) -> None:
-        """Drop done chunks until memory() leaves `room` bytes of the budget: those a sequential reader has moved
-        past first, then those read and maybe still being read (least recently used first), then those read ahead
-        and not read yet (prefetch waste), the furthest ahead first: the reader needs the nearest soonest."""
-        self.held                         # recount what responses still hold; _forget adds what it evicts
+    def _unkept(self, e: _Chunk) -> None:
+        """The buffer of a GET whose answer the cache does not keep (failed, cancelled, or its chunk forgotten)."""
+        if e.buffer is not None:
+            self._release(e.buffer, len(e.buffer), True)
+            e.buffer = None
+
+    def _evict(self, keep, room: int = 0, want: int = 0) -> None:
+        """Drop free buffers, then done chunks, until memory() leaves `room` bytes of the budget: of the chunks, those
+        a sequential reader has moved past first, then those read and maybe still being read (least recently used
+        first), then those read ahead and not read yet (prefetch waste), the furthest ahead first: the reader needs
+        the nearest soonest. A free buffer of `want` bytes is kept, and not counted: a GET starting now takes it
+        (the buffer of a chunk evicted for it, most of the time)."""
         for rank in (0, 1, 2):            # unread read-ahead: the latest requested (furthest ahead) first
-            if self.memory(self._held) + room <= self.capacity:
+            if self._within(room, want):
                 break
             for key in (list(self.entries) if rank < 2 else list(reversed(self.entries))):
-                if self.memory(self._held) + room <= self.capacity:
+                if self._within(room, want):
                     break
-                e = self.entries[key]
-                if key != keep and e.done and rank == (2 if e.ahead else 0 if e.passed else 1):
-                    self._forget(key, e)
-        self.peak = max(self.peak, self.memory(self._held))
+                # no local keeps the chunk (and through its future, its buffer) once it is forgotten
+                if key != keep and self._rank(self.entries[key]) == rank:
+                    self._forget(key, self.entries[key])
+        self.peak = max(self.peak, self.memory(self._held) - (want if self.free.has(want) else 0))
+
+    def _within(self, room: int, want: int) -> bool:
+        """Whether memory() leaves `room` bytes of the budget (but for a free buffer of `want` bytes, see _evict),
+        after recounting what is held and letting go of free buffers over it."""
+        self.held                         # recount what responses still hold; _forget adds what it evicts
+        keep = want if self.free.has(want) else 0
+        over = self.memory(self._held) - keep + room - self.capacity
+        if over > 0 and self.free.bytes > keep:
+            over = self.free.trim(over, keep)
+        return over <= 0
+
+    @staticmethod
+    def _rank(e: _Chunk) -> int:
+        """Which pass of _evict may evict the chunk: -1 none (its GET is under way)."""
+        return -1 if not e.done else 2 if e.ahead else 0 if e.passed else 1
 
     def memory(self, held: int | None = None) -> int:
-        """Bytes the chunks take: those answered and held, evicted ones responses still hold, and GETs under way
-        (at their requested size: their answers arrive into memory), not GETs waiting for room."""
-        return self.bytes - (self.in_flight - self._dropped) + self.started + (self.held if held is None else held)
+        """Bytes the chunks take: those answered and held, evicted ones responses still hold, GETs under way (at
+        their requested size: their answers arrive into memory), not GETs waiting for room, and free buffers."""
+        return (self.bytes - (self.in_flight - self._dropped) + self.started + (self.held if held is None else held)
+                + self.free.bytes)
 
     def _forget(self, key, e: _Chunk) -> None:
         del self.entries[key]
         if e.done:
-            data = e.future.result()
-            if sys.getrefcount(data) > 3:       # the future's result, `data`, the argument: views hold it too
-                self._released.append((data, e.size))
-                self._held += e.size
+            if e.buffer is not None:
+                # its future's result until the future is gone: a reader about to get it holds the future
+                self._release(e.buffer, len(e.buffer), True)
+                e.buffer = None
+            else:
+                data = e.future.result()
+                if sys.getrefcount(data) > 3:   # the future's result, `data`, the argument: views hold it too
+                    self._release(data, e.size, False)
             self.bytes -= e.size
             if e.ahead:
                 self.unread_ahead -= e.size
@@ -366,6 +445,9 @@ class ChunkCache:
 
     async def close(self) -> None:
         """Cancel every GET still in flight and wait for them to end (the reader is going away)."""
+        if self._tidying is not None:
+            self._tidying.cancel()
+            self._tidying = None
         pending = list(self.pending)
         for f in pending:
             f.cancel()
@@ -389,6 +471,7 @@ class RangedObject:
     size: int
     fetch: Callable[[int, int], object]
     after: Callable[[int, int], bool] | None = None
+    fetch_into: Callable[[int, int, bytearray], object] | None = None   # fetch(start, end) into a buffer, answering it
 
 
 class _Chunks:
@@ -409,6 +492,8 @@ class _Chunks:
     def __getitem__(self, i: int):
         obj, start = self.obj, i * self.cs
         end = min(start + self.cs, obj.size)
+        if obj.fetch_into is not None and end - start == self.cs:      # whole chunks: their buffers are reused
+            return (obj.key, self.cs, i), end - start, ReadInto(lambda buf: obj.fetch_into(start, end, buf))
         return (obj.key, self.cs, i), end - start, lambda: obj.fetch(start, end)
 
 
@@ -531,7 +616,7 @@ class RangedReads:
             i = pos // cs
             if cur[0] != (cs, i):
                 data = await self.chunk(obj, i, ra, wait)      # chunk() takes ra.chunk_size before it awaits
-                cur[0], cur[1] = (cs, i), memoryview(data)
+                cur[0], cur[1] = (cs, i), memoryview(data).toreadonly()     # a buffer the cache reuses
             lo = pos - i * cs
             hi = min(end - i * cs, len(cur[1]))
             if hi <= lo:

@@ -110,14 +110,17 @@ class _ChunkCacheCollector:
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
         c, ns = self.cache, "strata_remote_log_reader_"
+        held, memory = c.figures()        # this runs in the metrics server's thread: no recount (figures())
         yield GaugeMetricFamily(ns + "buffer_bytes", "bytes of remote segment chunks held, in flight or read",
                                 value=c.bytes)
         yield GaugeMetricFamily(ns + "in_flight_bytes", "bytes of remote segment GETs not yet answered",
                                 value=c.in_flight)
         yield GaugeMetricFamily(ns + "held_bytes", "bytes of chunks evicted but still held by responses being sent",
-                                value=c.held)
+                                value=held)
         yield GaugeMetricFamily(ns + "memory_bytes", "memory remote segment chunks take: answered ones held or still "
-                                "held by responses, and GETs under way", value=c.memory())
+                                "held by responses, GETs under way, and free buffers kept for reuse", value=memory)
+        yield GaugeMetricFamily(ns + "free_buffer_bytes", "bytes of chunk buffers nothing refers to, kept for the next "
+                                "GETs (within remote.fetch.max.memory.bytes)", value=c.free.bytes)
         yield GaugeMetricFamily(ns + "memory_peak_bytes", "the most memory_bytes has been since the broker started",
                                 value=c.peak)
         yield GaugeMetricFamily(ns + "buffer_limit_bytes", "remote.fetch.max.memory.bytes", value=c.capacity)
@@ -125,6 +128,7 @@ class _ChunkCacheCollector:
                                  ("chunk_waits", c.waits, "reads of a chunk still on its way (read ahead)"),
                                  ("chunk_misses", c.misses, "reads that had to start their chunk's GET"),
                                  ("read_ahead_bytes", c.ahead_bytes, "bytes requested ahead of a reader"),
+                                 ("buffers_reused", c.free.reused, "GETs read into a chunk buffer used before"),
                                  ("read_ahead_wasted_bytes", c.wasted_bytes,
                                   "bytes read ahead and evicted before any reader used them")):
             yield CounterMetricFamily(ns + name, doc, value=value)

@@ -508,8 +508,12 @@ class RemoteLogReader:
                 return True                     # none tiered yet: looked for again once the reader moves on
             self._index(nxt)
             return self._ranged.start(self._object(nxt), window, count)
+        into = None
+        if self.rsm.reads_into:
+            def into(start: int, end: int, buf: bytearray):
+                return self.rsm.fetch_log_segment(md, start, end, buf)
         return RangedObject((md.tip, md.segment_id.id), md.segment_size_in_bytes,
-                            lambda start, end: self.rsm.fetch_log_segment(md, start, end), after)
+                            lambda start, end: self.rsm.fetch_log_segment(md, start, end), after, into)
 
     async def _range(self, md, start: int, end: int, cur: list, wait=None) -> list[memoryview]:
         """Views covering [start, end) of the segment; `cur` keeps the last chunk between calls; `wait` as for

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from storage.objectstore.object_store import ObjectNotFound, ObjectStore, ObjectStoreError
+from storage.objectstore.object_store import ObjectNotFound, ObjectStore, ObjectStoreError, reads_into
 from storage.tiered.remote_chunks import GetEstimate
 from storage.tiered.remote_log_metadata import (
     RemoteLogSegmentMetadata, RemoteResourceNotFoundException, RemoteStorageException, kafka_uuid,
@@ -134,11 +134,26 @@ class RemoteStorageManager:
                 pass                          # a cancelled upload thread still holds a slice; GC unmaps it later
         return None
 
-    async def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start: int, end: int | None = None) -> bytes:
-        """Bytes [start, end) of the segment's .log object (end exclusive; None = to the end)."""
+    @property
+    def reads_into(self) -> bool:
+        """Whether fetch_log_segment can read into a caller's buffer (a GET, on a store that has get_into)."""
+        return self._root is None and reads_into(self.store)
+
+    async def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start: int, end: int | None = None,
+                                into: bytearray | None = None) -> bytes | bytearray:
+        """Bytes [start, end) of the segment's .log object (end exclusive; None = to the end); with `into` (when
+        `reads_into`), read into that buffer of exactly end - start bytes, and it is the answer."""
         key = segment_key_prefix(md) + LOG_SUFFIX
         if self._root is not None:
             data = self._mapped(key, start, end)
+        elif into is not None:
+            try:
+                got = len(await self.gets.timed(self.store.get_into(key, start, memoryview(into))))
+                self.segment_gets += 1
+                self.segment_get_bytes += got
+            except (ObjectStoreError, OSError) as e:
+                raise _wrap(e, f"fetching {md.segment_id} [{start}, {end})") from e
+            data = into if got == len(into) else memoryview(into)[:got]
         else:
             try:
                 data = await self.gets.timed(self.store.get(key, start, end))

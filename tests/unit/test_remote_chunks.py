@@ -333,6 +333,8 @@ async def test_the_reader_metrics_show_gets_misses_and_memory(tmp_path):
         assert metric["strata_remote_log_reader_buffer_limit_bytes"] == 256 << 20
         assert metric["strata_remote_log_reader_in_flight_bytes"] == 0
         assert 0 < metric["strata_remote_log_reader_buffer_bytes"] < 1 << 20
+        assert metric["strata_remote_log_reader_free_buffer_bytes"] == 0       # nothing evicted yet
+        assert metric["strata_remote_log_reader_buffers_reused_total"] == 0
     finally:
         await b.close()
 
@@ -350,6 +352,12 @@ class _GatedStore:
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+    async def get_into(self, key, start, view):
+        """As get (gated, and counted where a test counts GETs), into the reader's reused buffer."""
+        data = await self.get(key, start, start + len(view))
+        view[:len(data)] = data
+        return view[:len(data)]
 
 
 async def test_a_fetch_that_stops_waiting_gets_the_whole_batches_read_so_far(tmp_path):

@@ -1,0 +1,293 @@
+"""Issue 27: the remote reader's reused chunk buffers (ChunkCache.free, chunk_buffers.py) and the stores' get_into.
+
+A buffer is reused only once nothing else refers to it: a view a response still holds, a reader about to get the
+chunk, or a GET still writing into it (a cancelled one's thread) each keep it from the next GET. Every buffer alive
+counts in the budget, free ones too."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import random
+import threading
+import weakref
+
+import pytest
+
+from storage.objectstore.faulty import FaultyObjectStore
+from storage.objectstore.local import LocalObjectStore
+from storage.objectstore.object_store import reads_into
+from storage.tiered import chunk_buffers, remote_chunks
+from storage.tiered.remote_chunks import ChunkCache, GetEstimate, RangedObject, RangedReads
+
+KiB = 1 << 10
+
+
+class _Buffer(bytearray):
+    """A bytearray that can be referred to weakly: how the tests see which of the cache's buffers are alive."""
+
+
+@pytest.fixture
+def made(monkeypatch) -> list[weakref.ref]:
+    """Every buffer the cache makes (weakly: a strong reference would keep it from being free), to count those
+    still alive (_alive)."""
+    made: list[weakref.ref] = []
+
+    def buffer(size: int) -> _Buffer:
+        buf = _Buffer(size)
+        made.append(weakref.ref(buf))
+        return buf
+    monkeypatch.setattr(chunk_buffers, "bytearray", buffer, raising=False)     # FreeBuffers.take's
+    return made
+
+
+def _alive(made: list[weakref.ref]) -> int:
+    """Bytes of the cache's buffers still alive."""
+    return sum(len(b) for r in made if (b := r()) is not None)
+
+
+class _Store:
+    """An object in memory read by GETs that take a while; at each GET's start, every buffer alive is counted in
+    the cache's memory()."""
+
+    def __init__(self, data: bytes, made: list[weakref.ref], seed: int = 0):
+        self.data, self.made, self.rng = data, made, random.Random(seed)
+        self.fresh = self.into = 0
+        self.cache: ChunkCache | None = None
+
+    def _counted(self) -> None:
+        if self.cache is not None:
+            assert _alive(self.made) <= self.cache.memory(), "a buffer alive outside the budget's count"
+
+    async def fetch(self, start: int, end: int) -> bytes:
+        self._counted()
+        self.fresh += 1
+        await asyncio.sleep(self.rng.random() / 1000)
+        return self.data[start:end]
+
+    async def fetch_into(self, start: int, end: int, buf: bytearray) -> bytearray:
+        self._counted()
+        self.into += 1
+        view = memoryview(buf)
+        await asyncio.sleep(self.rng.random() / 1000)
+        view[:end - start] = self.data[start:end]
+        return buf
+
+
+def _reads(store: _Store, capacity: int, chunk: int, readers=None) -> tuple[RangedReads, RangedObject]:
+    obj = RangedObject("seg", len(store.data), store.fetch, fetch_into=store.fetch_into)
+    reads = RangedReads(ChunkCache(capacity), GetEstimate(), chunk, 2, readers=readers)
+    store.cache = reads.cache
+    return reads, obj
+
+
+async def test_views_a_response_holds_keep_their_bytes_while_buffers_are_reused(made):
+    """Randomized: reads of ranges of an object through a cache far smaller than it, some views kept for a while
+    (a response being sent); every view kept shows the object's bytes until it is let go, buffers are reused (GETs
+    into a buffer outnumber the buffers made), and every buffer alive is counted in memory() at each GET's start.
+    With nothing kept at the end, the cache is within its budget."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        made.clear()
+        store = _Store(os.urandom(96 * 16 * KiB + 5000), made, seed)    # a short last chunk: fresh memory
+        reads, obj = _reads(store, 8 * 16 * KiB, 16 * KiB)
+        kept: list[tuple[int, int, list[memoryview]]] = []
+        for _ in range(150):
+            start = rng.randrange(len(store.data) - 1)
+            end = min(len(store.data), start + rng.randrange(1, 40 * KiB))
+            views = await reads.range(obj, start, end, [-1, None])
+            assert b"".join(views) == store.data[start:end]
+            if rng.random() < 0.3:
+                kept.append((start, end, views))
+            while kept and rng.random() < 0.4:
+                s, e, vs = kept.pop(rng.randrange(len(kept)))
+                assert b"".join(vs) == store.data[s:e], f"seed {seed}: a held view changed"
+        for s, e, vs in kept:
+            assert b"".join(vs) == store.data[s:e], f"seed {seed}: a held view changed"
+        assert reads.cache.free.reused > store.into // 3, (seed, store.into, reads.cache.free.reused)  # reused
+        del kept, views, vs
+        await asyncio.sleep(0.01)
+        assert reads.cache.memory() <= reads.cache.capacity and _alive(made) <= reads.cache.memory()
+        await reads.close()
+
+
+async def test_a_sequential_reader_reuses_the_buffers_of_the_chunks_it_passed(made):
+    """One reader reading an object 10 times the budget in order, letting go of each view as a response would
+    once sent: after the first budget's worth, every whole chunk's GET takes a free buffer."""
+    store = _Store(os.urandom(80 * 16 * KiB), made)
+    reads, obj = _reads(store, 8 * 16 * KiB, 16 * KiB)
+    cur = [-1, None]
+    for start in range(0, len(store.data), 5000):
+        end = min(start + 5000, len(store.data))
+        assert b"".join(await reads.range(obj, start, end, cur)) == store.data[start:end]
+    assert store.into == 80 and len(made) <= 8 and reads.cache.free.reused >= 80 - 8
+    assert reads.cache.peak <= reads.cache.capacity
+    await reads.close()
+
+
+async def test_a_buffer_a_cancelled_get_still_writes_into_is_not_reused_until_the_write_ends(made):
+    """GETs cancelled (their segment deleted) while they still write (a store thread goes on after its task is
+    cancelled) keep their buffers, counted in the budget, until the writes end; then they are free at once, without
+    the cyclic GC (a cancelled GET's traceback held its buffer through a cycle)."""
+    release = asyncio.Event()
+    writers: list[memoryview] = []
+
+    async def fetch_into(start, end, buf):
+        writers.append(memoryview(buf))       # as a worker thread holds the view it reads into, whatever its task
+        await release.wait()
+        return buf
+
+    gc.disable()
+    try:
+        obj = RangedObject("seg", 64 * KiB, None, fetch_into=fetch_into)
+        reads = RangedReads(ChunkCache(4 * 16 * KiB), GetEstimate(), 16 * KiB, 0)
+        cache = reads.cache
+        task = asyncio.ensure_future(reads.range(obj, 0, 100, [-1, None]))
+        await asyncio.sleep(0.01)
+        written = [id(w.obj) for w in writers]     # not the buffers: a reference would keep them from being free
+        assert len(written) == 2                  # the reader's chunk and the next one
+        reads.drop(lambda k: True)                # the segment is deleted: its read-ahead GET is cancelled
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        del task
+        await asyncio.sleep(0.01)
+        cache.held
+        assert not {id(b) for bufs in cache.free.by_size.values() for b in bufs} & set(written)
+        assert cache.memory() >= _alive(made) >= 16 * KiB        # still written into: counted, not free
+        for w in writers:
+            w.release()                           # the writes end; the reader's own GET (not cancelled: shared)
+        writers.clear()
+        release.set()                             # ends too, its answer dropped
+        await asyncio.sleep(0.01)
+        cache.held
+        assert {id(b) for bufs in cache.free.by_size.values() for b in bufs} == set(written)
+        assert cache.memory() == 2 * 16 * KiB
+        await reads.close()
+    finally:
+        gc.enable()
+
+
+async def test_a_failed_gets_buffer_is_reused_once_the_failure_is_gone(made):
+    """A GET that fails after writing part of its buffer (a cut body): the next GET takes the same buffer, without
+    the cyclic GC (the failure's frames no longer hold it)."""
+    attempts = []
+
+    async def fetch_into(start, end, buf):
+        view = memoryview(buf)
+        attempts.append(id(buf))
+        view[:10] = b"x" * 10
+        if len(attempts) == 1:
+            raise ConnectionResetError("cut")
+        view[:end - start] = bytes(end - start)
+        return buf
+
+    gc.disable()
+    try:
+        obj = RangedObject("seg", 16 * KiB, None, fetch_into=fetch_into)
+        reads = RangedReads(ChunkCache(16 * KiB), GetEstimate(), 16 * KiB, 0)
+        try:
+            await reads.range(obj, 0, 100, [-1, None])
+            raise AssertionError("the first GET fails")
+        except ConnectionResetError:
+            pass
+        views = await reads.range(obj, 0, 100, [-1, None])     # the budget holds one buffer: the same one, reused
+        assert bytes(views[0]) == bytes(100) and attempts[0] == attempts[1] and len(made) == 1
+        await reads.close()
+    finally:
+        gc.enable()
+
+
+async def test_free_buffers_over_the_budget_are_let_go_while_no_read_comes(made):
+    """Chunks evicted while responses held them (legitimately over the budget then) become free buffers once the
+    responses are sent; with no read after that, the cache still lets go of what is over the budget."""
+    store = _Store(os.urandom(16 * 16 * KiB), made)
+    reads, obj = _reads(store, 4 * 16 * KiB, 16 * KiB)
+    cache = reads.cache
+    responses = [await reads.range(obj, start, start + 100, [-1, None]) for start in range(0, 16 * 16 * KiB, 16 * KiB)]
+    await asyncio.sleep(0.01)
+    assert cache.held > cache.capacity                   # responses hold more than the budget
+    del responses                                        # sent
+    await asyncio.sleep(3 * remote_chunks.TIDY)
+    assert cache.memory() <= cache.capacity and _alive(made) <= cache.capacity and not cache._released
+    await reads.close()
+
+
+async def test_a_metrics_scrape_from_another_thread_changes_nothing(made):
+    """The metrics collector runs in the metrics server's thread: what it reads must not recount (which moves
+    buffers between held and free under the event loop: the same buffer was once listed twice)."""
+    store = _Store(os.urandom(16 * 16 * KiB), made)
+    reads, obj = _reads(store, 4 * 16 * KiB, 16 * KiB)
+    cache = reads.cache
+    responses = [await reads.range(obj, start, start + 100, [-1, None]) for start in range(0, 8 * 16 * KiB, 16 * KiB)]
+    await asyncio.sleep(0.05)                 # the GETs read ahead are done: nothing runs on the loop from here
+    del responses                             # sent: the evicted chunks they held are free to the next recount
+    released, free = [id(d) for d, *_ in cache._released], cache.free.bytes
+    assert released
+    from storage.tiered.remote_log_manager import _ChunkCacheCollector
+    metrics = {}
+    scrape = threading.Thread(target=lambda: metrics.update(
+        {m.name: m.samples[0].value for m in _ChunkCacheCollector(cache).collect()}))
+    scrape.start()
+    scrape.join()                             # the loop waits: only the scrape runs
+    assert [id(d) for d, *_ in cache._released] == released and cache.free.bytes == free
+    assert metrics["strata_remote_log_reader_held_bytes"] == cache._held
+    await reads.close()
+
+
+async def test_free_buffers_count_in_the_budget(made):
+    """Buffers left free by one object's reads are let go when chunks in fresh memory (short ones) need the room:
+    free buffers and chunks stay within the budget (free ones once sat outside it, up to twice the budget)."""
+    data = os.urandom(8 * 16 * KiB)
+    store = _Store(data, made)
+    reads, big = _reads(store, 8 * 16 * KiB, 16 * KiB)
+    await reads.range(big, 0, len(data), [-1, None])
+    reads.drop(lambda k: True)
+    reads.cache.held
+    assert reads.cache.free.bytes >= 4 * 16 * KiB
+    for n in range(40):                       # objects shorter than a chunk: every GET is fresh memory
+        small = RangedObject(("small", n), 15 * KiB, store.fetch, fetch_into=store.fetch_into)
+        await reads.range(small, 0, 15 * KiB, [-1, None])
+        assert _alive(made) + sum(e.size for e in reads.cache.entries.values()) <= reads.cache.capacity, n
+    assert reads.cache.free.bytes < 4 * 16 * KiB
+    await reads.close()
+
+
+async def test_buffers_of_a_size_no_longer_read_make_room_for_another(made):
+    """When more readers share the budget and chunks get smaller, free buffers of the old size are let go for the
+    new one, within the budget."""
+    MiB = 1 << 20
+    readers = [1]
+    store = _Store(os.urandom(12 * MiB), made)
+    obj = RangedObject("seg", len(store.data), store.fetch, fetch_into=store.fetch_into)
+    other = RangedObject("other", len(store.data), store.fetch, fetch_into=store.fetch_into)
+    reads = RangedReads(ChunkCache(8 * MiB), GetEstimate(), MiB, 2, readers=lambda: readers[0])
+    store.cache = reads.cache
+    await reads.range(obj, 0, 4 * MiB, [-1, None])
+    readers[0] = 8                            # 6 MiB / 8 / 6: 256 KiB chunks for objects read from here
+    for start in range(0, 6 * MiB, 100 * KiB):
+        views = await reads.range(other, start, start + 100 * KiB, [-1, None])
+        assert b"".join(views) == store.data[start:start + 100 * KiB]
+    del views
+    assert reads.cache.free.reused > 0 and not reads.cache.free.has(MiB)
+    assert _alive(made) <= reads.cache.memory() <= reads.cache.capacity
+    await reads.close()
+
+
+async def test_local_and_faulty_stores_read_into_a_buffer(tmp_path):
+    """get_into reads a range into the caller's buffer and answers the part filled: all of it, or less at the
+    object's end; through the fault injector, a short answer is a shorter view."""
+    local = LocalObjectStore(tmp_path)
+    body = os.urandom(300 * KiB)
+    await local.put("seg", body)
+    assert reads_into(local)
+    buf = bytearray(128 * KiB)
+    got = await local.get_into("seg", 100, memoryview(buf))
+    assert len(got) == 128 * KiB and buf == body[100:100 + 128 * KiB]
+    got = await local.get_into("seg", 250 * KiB, memoryview(buf))
+    assert bytes(got) == body[250 * KiB:]
+    faulty = FaultyObjectStore.from_spec(local, "short_rate=1,seed=3")
+    assert reads_into(faulty)
+    got = await faulty.get_into("seg", 0, memoryview(buf))
+    assert len(got) < 128 * KiB and bytes(got) == body[:len(got)]
+    assert not reads_into(FaultyObjectStore.from_spec(object(), "seed=1"))
+    await local.close()
