@@ -344,7 +344,7 @@ class ChunkCache:
             if not turn.done():
                 e.started = True
                 self.started += e.size
-                self.peak = max(self.peak, self.memory(self._held) - (e.size if e.into and self.free.has(e.size) else 0))
+                self._note_peak(e.size if e.into else 0)
                 turn.set_result(None)
 
     def _done(self, key, e: _Chunk) -> None:
@@ -397,6 +397,10 @@ class ChunkCache:
                 # no local keeps the chunk (and through its future, its buffer) once it is forgotten
                 if key != keep and self._rank(self.entries[key]) == rank:
                     self._forget(key, self.entries[key])
+        self._note_peak(want)
+
+    def _note_peak(self, want: int) -> None:
+        """memory() as a peak, but for a free buffer of `want` bytes that a GET starting now takes (see _evict)."""
         self.peak = max(self.peak, self.memory(self._held) - (want if self.free.has(want) else 0))
 
     def _within(self, room: int, want: int) -> bool:
