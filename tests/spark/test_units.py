@@ -385,12 +385,16 @@ def test_direct_reads_read_ahead_into_the_next_piece_of_the_task(tmp_path):
                           1 << 20, True, memory_bytes=64 << 20)
     asked: list[str] = []
     store = reader.client.store
-    inner_get = store.get
+    inner_get, inner_get_into = store.get, store.get_into
 
     async def get(key, start=0, end=None):
         asked.append(key)
         return await inner_get(key, start, end)
-    store.get = get
+
+    async def get_into(key, start, view):           # whole chunks, read into the cache's buffers
+        asked.append(key)
+        return await inner_get_into(key, start, view)
+    store.get, store.get_into = get, get_into
     second = Piece(0, 1000, "seg2", 0, len(log))
     try:
         assert _read_piece(reader, 0, 1000, len(log), following=(second,)) == list(range(1000))
