@@ -137,6 +137,11 @@ class _Chunk:
     into: bool = False         # its GET reads into a buffer of the cache's (ReadInto) ...
     buffer: bytearray | None = None     # ... this one, from when it is sent until the chunk is forgotten
 
+    @property
+    def want(self) -> int:
+        """The size of the free buffer its GET takes (ChunkCache._evict), 0 for none."""
+        return self.size if self.into else 0
+
 
 class ChunkCache:
     """Chunks of remote segments, keyed by anything, as futures shared by every reader that wants them. `bytes` counts
@@ -319,7 +324,7 @@ class ChunkCache:
         else:
             e.started = True
             self.started += e.size
-            self._evict(None, want=e.size if e.into else 0)  # done chunks make room for what this GET brings
+            self._evict(None, want=e.want)    # done chunks make room for what this GET brings
         if not e.into:
             return await make()
         e.buffer = self.free.take(e.size)     # counted in `started` from here, no longer in free.bytes
@@ -331,9 +336,8 @@ class ChunkCache:
 
     def _fits(self, e: _Chunk) -> bool:
         """Whether chunk `e`'s GET fits the budget beside what is in memory, once done chunks are evicted for it."""
-        want = e.size if e.into else 0
-        self._evict(None, e.size, want)
-        return self.memory(self._held) - (want if self.free.has(want) else 0) + e.size <= self.capacity
+        self._evict(None, e.size, e.want)
+        return self._memory_but(e.want) + e.size <= self.capacity
 
     def _wake(self) -> None:
         while self._room:
@@ -344,7 +348,7 @@ class ChunkCache:
             if not turn.done():
                 e.started = True
                 self.started += e.size
-                self._note_peak(e.size if e.into else 0)
+                self._note_peak(e.want)
                 turn.set_result(None)
 
     def _done(self, key, e: _Chunk) -> None:
@@ -377,7 +381,8 @@ class ChunkCache:
                 self._wake()
 
     def _unkept(self, e: _Chunk) -> None:
-        """The buffer of a GET whose answer the cache does not keep (failed, cancelled, or its chunk forgotten)."""
+        """The buffer of a GET whose answer the cache does not keep (failed, cancelled, its chunk forgotten while
+        under way or evicted once done)."""
         if e.buffer is not None:
             self._release(e.buffer, len(e.buffer), True)
             e.buffer = None
@@ -401,16 +406,19 @@ class ChunkCache:
 
     def _note_peak(self, want: int) -> None:
         """memory() as a peak, but for a free buffer of `want` bytes that a GET starting now takes (see _evict)."""
-        self.peak = max(self.peak, self.memory(self._held) - (want if self.free.has(want) else 0))
+        self.peak = max(self.peak, self._memory_but(want))
+
+    def _memory_but(self, want: int) -> int:
+        """memory() as last counted, but for a free buffer of `want` bytes that a GET starting now takes."""
+        return self.memory(self._held) - (want if self.free.has(want) else 0)
 
     def _within(self, room: int, want: int) -> bool:
         """Whether memory() leaves `room` bytes of the budget (but for a free buffer of `want` bytes, see _evict),
         after recounting what is held and letting go of free buffers over it."""
         self.held                         # recount what responses still hold; _forget adds what it evicts
-        keep = want if self.free.has(want) else 0
-        over = self.memory(self._held) - keep + room - self.capacity
-        if over > 0 and self.free.bytes > keep:
-            over = self.free.trim(over, keep)
+        over = self._memory_but(want) + room - self.capacity
+        if over > 0 and self.free.bytes:
+            over = self.free.trim(over, want)
         return over <= 0
 
     @staticmethod
@@ -428,9 +436,7 @@ class ChunkCache:
         del self.entries[key]
         if e.done:
             if e.buffer is not None:
-                # its future's result until the future is gone: a reader about to get it holds the future
-                self._release(e.buffer, len(e.buffer), True)
-                e.buffer = None
+                self._unkept(e)   # its future's result until the future is gone (a reader about to get it holds it)
             else:
                 data = e.future.result()
                 if sys.getrefcount(data) > 3:   # the future's result, `data`, the argument: views hold it too
