@@ -324,6 +324,8 @@ async def test_the_reader_metrics_show_gets_misses_and_memory(tmp_path):
         views, error = await _fetch(b, part, 3)
         assert error == 0 and offsets(views) == [3, 4, 5]
         await asyncio.gather(*b.rlm._chunks.pending)     # the next segment's first chunk, read ahead
+        # offset 3 starts its segment: the read sent its chunk's GET without waiting for the indexes' GETs
+        await asyncio.gather(*b.rlm._indexes.entries.values(), return_exceptions=True)
         await asyncio.sleep(0)
         text = generate_latest(b.rlm.registry).decode()
         metric = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
