@@ -312,7 +312,8 @@ def fetch_phase(bootstrap: str, topic: str, n: int, size: int, partitions: int, 
         while got < n:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"fetch: {got}/{n} messages after --phase-timeout")
-            msgs = c.consume(num_messages=10_000, timeout=0.5)
+            # never more than are left: consume() waits out its timeout for a batch it cannot fill
+            msgs = c.consume(num_messages=min(10_000, n - got), timeout=0.5)
             if not msgs:
                 continue
             last = now()
