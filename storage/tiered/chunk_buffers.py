@@ -54,10 +54,12 @@ def clear_frames(exc: BaseException | None) -> None:
 
 
 class ReadInto:
-    """A chunk's GET that reads into a buffer the cache gives it: `fill(buffer)` answers that buffer, filled."""
+    """A chunk's GET that reads into a buffer the cache gives it: `fill(offset, view)` reads the chunk's bytes from
+    `offset` into `view` (a view of the buffer, or the buffer) and answers it, or the shorter part of it filled at the
+    object's end. One chunk may be read as several such ranged GETs at once (ChunkCache._fill)."""
     __slots__ = ("fill",)
 
-    def __init__(self, fill: Callable[[mmap.mmap], object]):
+    def __init__(self, fill: Callable[[int, memoryview | mmap.mmap], object]):
         self.fill = fill
 
 

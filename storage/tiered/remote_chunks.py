@@ -35,11 +35,19 @@ from storage.tiered.chunk_buffers import FreeBuffers, ReadInto, clear_frames, un
 MIN_CHUNK = 2 << 20
 MAX_CHUNK = 16 << 20
 MIN_SHARED_CHUNK = 256 << 10   # the smallest chunk when many objects share the budget
+SPLIT = 4                 # ranged GETs at once for a chunk a reader waits for (ChunkCache._fill) ...
+MIN_PIECE = 512 << 10     # ... each of at least this many bytes
 SHARE_CHUNKS = 6          # chunks an object's share of the budget holds at least: its reader's and 5 read ahead
 PAST_END = 32             # parts read ahead past an object's end, into the objects after it, at most
 ACTIVE = 5.0              # seconds since its last read for which an object counts as being read (shares the budget)
 STALE_AHEAD = 10.0        # seconds after which a chunk read ahead and never read may be evicted for new read-ahead
 TIDY = 0.5                # seconds between looks at what responses still hold, while they hold any (ChunkCache._tidy)
+
+
+def _retrieved(f: asyncio.Future) -> None:
+    """A part of a chunk that failed after another part already failed the chunk: its error is not logged."""
+    if not f.cancelled():
+        f.exception()
 
 
 class GetEstimate:
@@ -329,10 +337,37 @@ class ChunkCache:
             return await make()
         e.buffer = self.free.take(e.size)     # counted in `started` from here, no longer in free.bytes
         try:
-            return await make.fill(e.buffer)
+            return await self._fill(e, make)
         except BaseException as exc:          # failed or cancelled: its frames must not keep the buffer
             clear_frames(exc)
             raise
+
+    async def _fill(self, e: _Chunk, make: ReadInto):
+        """Read chunk `e` into its buffer: a reader's own chunk (a miss: it waits for all of it) as SPLIT ranged GETs
+        at once, so that it comes in a GET's latency and a part of its transfer time (a 4 MiB chunk at 30 ms + 80
+        MB/s: 43 ms, not 82); read-ahead, which the reader does not wait for yet, as one GET (fewer requests). The
+        buffer, or the part of it filled up to the first short piece (the object's end)."""
+        buf = e.buffer
+        n = SPLIT if not e.ahead and e.size >= SPLIT * MIN_PIECE else 1
+        if n == 1:
+            return await make.fill(0, buf)
+        step = -(-e.size // n)
+        pieces = [asyncio.ensure_future(make.fill(at, memoryview(buf)[at:at + step]))
+                  for at in range(0, e.size, step)]
+        try:
+            await asyncio.gather(*pieces)
+        except BaseException:
+            for p in pieces:                  # the others' store threads may go on writing: the buffer stays held
+                p.cancel()                    # (chunk_buffers.unreferenced) until they end
+                p.add_done_callback(_retrieved)
+            raise
+        filled = 0
+        for p in pieces:
+            got = len(p.result())
+            filled += got
+            if got < step:
+                break
+        return buf if filled >= e.size else memoryview(buf)[:filled]
 
     def _fits(self, e: _Chunk) -> bool:
         """Whether chunk `e`'s GET fits the budget beside what is in memory, once done chunks are evicted for it."""
@@ -503,7 +538,8 @@ class _Chunks:
         obj, start = self.obj, i * self.cs
         end = min(start + self.cs, obj.size)
         if obj.fetch_into is not None and end - start == self.cs:      # whole chunks: their buffers are reused
-            return (obj.key, self.cs, i), end - start, ReadInto(lambda buf: obj.fetch_into(start, end, buf))
+            return (obj.key, self.cs, i), end - start, ReadInto(
+                lambda at, buf: obj.fetch_into(start + at, start + at + len(buf), buf))
         return (obj.key, self.cs, i), end - start, lambda: obj.fetch(start, end)
 
 
