@@ -14,6 +14,7 @@ from protocol.errors import ApiError, ErrorCode
 from protocol.record_batch import HEADER_SIZE, LOG_OVERHEAD, compute_crc, iter_batches, read_header
 from replication.remote_wal import RECORDS
 from storage.log.log import AppendResult, Log, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from storage.tiered.eager import eager
 from storage.tiered.remote_log_metadata import RemoteStorageException
 
 log = logging.getLogger("strata.partition")
@@ -482,6 +483,11 @@ class Partition:
         if upper <= fetch_offset:
             return []
         return await self.remote.collect_aborted_transactions(self.topic, self.index, self.log, fetch_offset, upper)
+
+    def remote_aborted_transactions_now(self, fetch_offset: int, views) -> asyncio.Future:
+        """remote_aborted_transactions run eagerly (storage/tiered/eager.py): done at once when the transaction
+        indexes it walks are cached, else a task going on with it."""
+        return eager(self.remote_aborted_transactions(fetch_offset, views))
 
     # ---- leader: reads -------------------------------------------------------------------------------------------
     def read(self, fetch_offset: int, max_bytes: int, *, min_one_message: bool,

@@ -146,6 +146,9 @@ def handle(broker, req):
 
     results, total = _read_all(wanted, max_bytes, read_committed=read_committed)
     if any(w.remote is not None for w in wanted):
+        if _remote_now(wanted, results, read_committed):
+            return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
+                           listener=req.listener, req=req)
         return _remote_then_finish(broker, version, sid, wanted, results, incremental, read_committed, by_id,
                                    req.listener, req)
     if max_wait <= 0 or total >= min_bytes or not wanted or \
@@ -203,25 +206,7 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
         await asyncio.wait(set(lookups.values()) or {w.remote for w in remote}, timeout=max_wait)
         if req is not None:
             req.busy_since += time.perf_counter() - waited
-        partial = []                              # (index, wanted): partial reads, whose lookups have not started
-        for i, w in enumerate(wanted):
-            task = w.remote
-            if task is None:
-                continue
-            w.remote = None
-            lookup = lookups.get(w)
-            if lookup is not None and task.done() and not lookup.done():
-                w.part.remote.metrics.fetch_expires.inc()
-                results[i] = ((), 0)              # the read stays registered (not consumed) for the retry
-                continue
-            views, w.error = w.part.remote_read_result(w.fetch_offset, task)
-            results[i] = (views, sum(len(v) for v in views))      # replaces the budget reserved by _read_all
-            if lookup is None or not views or w.error:
-                continue
-            if lookup.done():
-                _take_aborted(i, w, results, lookup)
-            else:
-                partial.append((i, w))
+        partial = _take_remote(wanted, results, lookups)
         if partial:
             waited = time.perf_counter()
             await _remote_aborted(partial, results, deadline - time.monotonic())
@@ -231,6 +216,55 @@ async def _remote_then_finish(broker, version, sid, wanted, results, incremental
         _settle(lookups.values())
     return _finish(broker, version, sid, wanted, results, incremental, read_committed, by_id, listener=listener,
                    req=req)
+
+
+def _remote_now(wanted, results, read_committed: bool) -> bool:
+    """Take the remote reads' outcomes into `results` at once, when every read finished in the call that started it
+    (its chunks were cached: remote_read runs reads eagerly) and, read_committed, each lookup of aborted transactions
+    finishes eagerly too (its indexes are cached); else change nothing and say so (_remote_then_finish waits)."""
+    remote = [w for w in wanted if w.remote is not None]
+    if not all(w.remote.done() for w in remote):
+        return False
+    lookups = {}
+    if read_committed:
+        for w in remote:
+            task = w.remote
+            if task.cancelled() or task.exception() is not None or not task.result():
+                continue                          # as _read_then_aborted: nothing to look up
+            lookup = w.part.remote_aborted_transactions_now(w.fetch_offset, task.result())
+            lookups[w] = lookup
+            if not lookup.done():
+                _settle(lookups.values())         # the index GETs it started go on (shared); the walk stops
+                return False
+    partial = _take_remote(wanted, results, lookups)
+    assert not partial                            # every lookup is done
+    return True
+
+
+def _take_remote(wanted, results, lookups: dict) -> list:
+    """The finished remote reads' views into `results` (replacing the budget _read_all reserved for them), with the
+    aborted transactions of those whose lookup is done; returns (index, wanted) of the reads answered in part, whose
+    lookups have not started. A read done whose lookup is not answers nothing and stays registered for the retry."""
+    partial = []
+    for i, w in enumerate(wanted):
+        task = w.remote
+        if task is None:
+            continue
+        w.remote = None
+        lookup = lookups.get(w)
+        if lookup is not None and task.done() and not lookup.done():
+            w.part.remote.metrics.fetch_expires.inc()
+            results[i] = ((), 0)              # the read stays registered (not consumed) for the retry
+            continue
+        views, w.error = w.part.remote_read_result(w.fetch_offset, task)
+        results[i] = (views, sum(len(v) for v in views))
+        if lookup is None or not views or w.error:
+            continue
+        if lookup.done():
+            _take_aborted(i, w, results, lookup)
+        else:
+            partial.append((i, w))
+    return partial
 
 
 async def _read_then_aborted(w):

@@ -23,6 +23,7 @@ from protocol.record_batch import HEADER_SIZE, read_header
 from storage.log.log import OffsetOutOfRangeError
 from storage.log.log_segment import record_timestamps
 from storage.log.transaction_index import AbortedTxn, collect_aborted, parse_entries
+from storage.tiered.eager import eager
 from storage.tiered.remote_chunks import RangedObject
 from storage.tiered.remote_log_metadata import (RemoteLogSegmentMetadata, RemoteLogSegmentState,
                                                 RemoteResourceNotFoundException, RemoteStorageException)
@@ -244,7 +245,7 @@ class RemoteLogReader:
         return lg.remote_log_enabled and lg.log_start_offset <= offset < lg.local_log_start_offset
 
     def remote_read(self, topic: str, partition: int, lg, offset: int, max_bytes: int,
-                    min_one_message: bool, read_committed: bool = False) -> asyncio.Task:
+                    min_one_message: bool, read_committed: bool = False) -> asyncio.Future:
         """Start (or join) a remote read of whole batches at `offset`. A read that outlives one Fetch's
         remote.fetch.max.wait.ms stays registered so the client's retry of the same offset picks up its result.
         `read_committed`: the Fetch will look up aborted transactions once the read is done; their first index GETs
@@ -259,9 +260,13 @@ class RemoteLogReader:
         if read_committed:
             self._walk_ahead(tip, lg, offset)
         progress: list[memoryview] = []
-        task = asyncio.get_running_loop().create_task(self._read_task(tip, lg, offset, max_bytes,
-                                                                      min_one_message, progress))
+        # eagerly: a read whose chunks are cached is done here, and the Fetch answers at once (eager.py)
+        task = eager(self._read_task(tip, lg, offset, max_bytes, min_one_message, progress))
         task.progress = progress       # whole batches read so far: what a Fetch that stops waiting answers
+        if task.done():                # the Fetch that started it takes its outcome now: nothing to register
+            if not task.cancelled():
+                task.exception()       # a Fetch that fails before taking it leaves no "never retrieved" log
+            return task
         self._inflight_reads[key] = task
         task.add_done_callback(lambda f, k=key: self._read_done(k, f))
         return task

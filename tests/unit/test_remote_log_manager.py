@@ -135,6 +135,10 @@ async def test_copy_local_retention_and_reads(tmp_path):
         assert await b.rlm.find_offset_by_timestamp("t", 0, part.log, TS0 - 1) == (0, TS0)
         assert await b.rlm.find_offset_by_timestamp("t", 0, part.log, TS0 + 9) is None           # only local has it
         task = b.rlm.remote_read("t", 0, part.log, 3, 1 << 20, True)
+        assert task.done() and offsets(task.result()) == [3, 4, 5]     # its chunk is cached: read at once (eager)
+        b.rlm._ranged.drop(lambda key: True)                            # no longer: the read waits for its chunk
+        task = b.rlm.remote_read("t", 0, part.log, 3, 1 << 20, True)
+        assert not task.done()
         assert b.rlm.remote_read("t", 0, part.log, 3, 1 << 20, True) is task                      # joined, not repeated
         assert offsets(await task) == [3, 4, 5]
         b.rlm.consumed("t", 0, 3, task)
