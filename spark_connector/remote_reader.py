@@ -135,7 +135,7 @@ class RemoteReader:
 
         fetch_into = None
         if reads_into(store):
-            async def fetch_into(start: int, end: int, buf: bytearray):
+            async def fetch_into(start: int, end: int, buf: memoryview):
                 """As fetch, into a buffer the chunk cache reuses (chunk_buffers.py)."""
                 got = await estimate.timed(store.get_into(key, start, memoryview(buf)))
                 self.gets += 1

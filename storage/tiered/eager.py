@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import types
-from typing import Any, Coroutine
+from typing import Coroutine
 
 
 def eager(coro: Coroutine) -> asyncio.Future:
@@ -32,24 +32,29 @@ def eager(coro: Coroutine) -> asyncio.Future:
         done = loop.create_future()
         done.set_exception(exc)
         return done
-    return asyncio.ensure_future(_go_on(coro, first))
+    return asyncio.ensure_future(_go_on(coro, [first]))
 
 
-async def _go_on(coro: Coroutine, first: Any):
+async def _go_on(coro: Coroutine, first: list):
     return await _delegate(coro, first)
 
 
 @types.coroutine
-def _delegate(coro: Coroutine, yielded: Any):
+def _delegate(coro: Coroutine, first: list):
     """What `yield from coro` does, for a coroutine already started: what it yields (the future it waits for) goes to
-    the task, and what the task sends or throws in (a cancellation) goes on to it."""
+    the task, and what the task sends or throws in (a cancellation) goes on to it. The future waited for is not kept
+    once waited for: a failure's traceback goes through these frames, and must not keep what that future holds (a
+    gather's parts, and the buffer they read into: chunk_buffers.py) alive."""
+    yielded = first.pop()
     while True:
         try:
             sent = yield yielded
+            yielded = None
         except GeneratorExit:
             coro.close()
             raise
         except BaseException as exc:
+            yielded = None
             try:
                 yielded = coro.throw(exc)
             except StopIteration as e:

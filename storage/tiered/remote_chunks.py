@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import mmap
 import sys
 import time
 from collections import OrderedDict, deque
@@ -31,11 +32,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from storage.tiered.chunk_buffers import FreeBuffers, ReadInto, clear_frames, unreferenced
+from storage.tiered.eager import eager
 
 MIN_CHUNK = 2 << 20
 MAX_CHUNK = 16 << 20
 MIN_SHARED_CHUNK = 256 << 10   # the smallest chunk when many objects share the budget
-SPLIT = 4                 # ranged GETs at once for a chunk a reader waits for (ChunkCache._fill) ...
+SPLIT = 4                 # ranged GETs at once for a chunk a reader waits for, the store idle (ChunkCache._start) ...
 MIN_PIECE = 512 << 10     # ... each of at least this many bytes
 SHARE_CHUNKS = 6          # chunks an object's share of the budget holds at least: its reader's and 5 read ahead
 PAST_END = 32             # parts read ahead past an object's end, into the objects after it, at most
@@ -143,7 +145,8 @@ class _Chunk:
     started: bool = False      # its GET was sent (counted in ChunkCache.started until its answer is in `bytes`)
     dropped: bool = False      # forgotten while its GET was in flight
     into: bool = False         # its GET reads into a buffer of the cache's (ReadInto) ...
-    buffer: bytearray | None = None     # ... this one, from when it is sent until the chunk is forgotten
+    buffer: mmap.mmap | None = None     # ... this one, from when it is sent until the chunk is forgotten
+    parts: int = 1             # ranged GETs it is read by at once (ChunkCache._fill)
 
     @property
     def want(self) -> int:
@@ -306,7 +309,14 @@ class ChunkCache:
         take the budget, other read-ahead was admitted by room_ahead."""
         gate = not ahead if gate is None else gate
         e = _Chunk(None, size, ahead, used=time.monotonic(), into=type(make) is ReadInto)
-        e.future = asyncio.ensure_future(self._get(e, make, wait=gate))
+        if not ahead and e.into and not self.in_flight and size >= SPLIT * MIN_PIECE:
+            # a reader waits for it and the store is idle (a cold read, a seek): in parts (_fill), sent now, before
+            # the read-ahead this turn starts (eager.py): behind it, or beside many readers' parts on S3's
+            # connections, they would come later than one GET (several partitions starting at once)
+            e.parts = SPLIT
+            e.future = eager(self._get(e, make, wait=gate))
+        else:
+            e.future = asyncio.ensure_future(self._get(e, make, wait=gate))
         self.entries[key] = e
         self.pending.add(e.future)
         self.bytes += size
@@ -343,15 +353,14 @@ class ChunkCache:
             raise
 
     async def _fill(self, e: _Chunk, make: ReadInto):
-        """Read chunk `e` into its buffer: a reader's own chunk (a miss: it waits for all of it) as SPLIT ranged GETs
-        at once, so that it comes in a GET's latency and a part of its transfer time (a 4 MiB chunk at 30 ms + 80
-        MB/s: 43 ms, not 82); read-ahead, which the reader does not wait for yet, as one GET (fewer requests). The
-        buffer, or the part of it filled up to the first short piece (the object's end)."""
+        """Read chunk `e` into its buffer, in `e.parts` ranged GETs at once: a chunk a reader waits for while the store
+        is idle (_start) comes in a GET's latency and a part of its transfer time (a 4 MiB chunk at 30 ms + 80 MB/s:
+        ~45 ms, not 82); any other, one GET (fewer requests). The buffer, or the part of it filled up to the first
+        short piece (the object's end)."""
         buf = e.buffer
-        n = SPLIT if not e.ahead and e.size >= SPLIT * MIN_PIECE else 1
-        if n == 1:
+        if e.parts == 1:
             return await make.fill(0, buf)
-        step = -(-e.size // n)
+        step = -(-e.size // e.parts)
         pieces = [asyncio.ensure_future(make.fill(at, memoryview(buf)[at:at + step]))
                   for at in range(0, e.size, step)]
         try:
@@ -363,7 +372,7 @@ class ChunkCache:
             raise
         filled = 0
         for p in pieces:
-            got = len(p.result())
+            got = min(len(p.result()), step)
             filled += got
             if got < step:
                 break
@@ -516,7 +525,7 @@ class RangedObject:
     size: int
     fetch: Callable[[int, int], object]
     after: Callable[[int, int], bool] | None = None
-    fetch_into: Callable[[int, int, bytearray], object] | None = None   # fetch(start, end) into a buffer, answering it
+    fetch_into: Callable[[int, int, memoryview], object] | None = None  # fetch(start, end) into a buffer, answering it
 
 
 class _Chunks:

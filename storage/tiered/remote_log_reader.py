@@ -515,7 +515,7 @@ class RemoteLogReader:
             return self._ranged.start(self._object(nxt), window, count)
         into = None
         if self.rsm.reads_into:
-            def into(start: int, end: int, buf: bytearray):
+            def into(start: int, end: int, buf: memoryview):
                 return self.rsm.fetch_log_segment(md, start, end, buf)
         return RangedObject((md.tip, md.segment_id.id), md.segment_size_in_bytes,
                             lambda start, end: self.rsm.fetch_log_segment(md, start, end), after, into)

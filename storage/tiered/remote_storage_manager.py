@@ -140,7 +140,7 @@ class RemoteStorageManager:
         return self._root is None and reads_into(self.store)
 
     async def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start: int, end: int | None = None,
-                                into: bytearray | None = None) -> bytes | bytearray:
+                                into: memoryview | None = None) -> bytes | memoryview:
         """Bytes [start, end) of the segment's .log object (end exclusive; None = to the end); with `into` (when
         `reads_into`), read into that buffer of exactly end - start bytes, and it is the answer."""
         key = segment_key_prefix(md) + LOG_SUFFIX

@@ -350,8 +350,9 @@ class _PieceStore:
 
 
 async def test_a_chunk_a_reader_waits_for_comes_by_ranged_gets_at_once():
-    """A reader's own chunk (nothing cached yet) is read as SPLIT ranged GETs of its parts at once, into one buffer,
-    so it comes in a GET's latency and a part of its transfer time; its next chunk, read ahead, is one GET."""
+    """A reader's own chunk (nothing cached yet, the store idle) is read as SPLIT ranged GETs of its parts at once,
+    into one buffer, so it comes in a GET's latency and a part of its transfer time; they go to the store before its
+    next chunk, read ahead as one GET."""
     data = os.urandom(8 * MiB)
     store = _PieceStore(data)
     reads, obj = store.reads()
@@ -360,7 +361,7 @@ async def test_a_chunk_a_reader_waits_for_comes_by_ranged_gets_at_once():
     await asyncio.gather(*reads.cache.pending)
     assert remote_chunks.SPLIT > 1
     step = 4 * MiB // remote_chunks.SPLIT
-    assert sorted(store.ranges) == [(i, i + step) for i in range(0, 4 * MiB, step)] + [(4 * MiB, 8 * MiB)]
+    assert store.ranges == [(i, i + step) for i in range(0, 4 * MiB, step)] + [(4 * MiB, 8 * MiB)]  # parts first
     assert store.most == remote_chunks.SPLIT + 1        # the parts and the read-ahead, all under way together
     views = await reads.range(obj, 4 * MiB - 10, 4 * MiB + 10, [-1, None])
     assert b"".join(views) == data[4 * MiB - 10:4 * MiB + 10] and len(store.ranges) == remote_chunks.SPLIT + 1
@@ -408,4 +409,21 @@ async def test_a_part_that_comes_short_ends_the_chunk_where_the_object_ends():
     assert b"".join(views) == data[2 * MiB:2 * MiB + 100]
     with pytest.raises(ValueError, match="shorter"):
         await reads.range(obj, 3 * MiB, 3 * MiB + 100, [-1, None])
+    await reads.close()
+
+
+async def test_chunks_readers_wait_for_while_the_store_is_busy_are_one_get_each():
+    """Many readers starting at once (a Fetch of many remote partitions): only a chunk asked for while nothing is in
+    flight is split; the others are one GET each, so that the waited-for chunks do not queue behind one another's
+    parts on the store's connections."""
+    data = os.urandom(8 * MiB)
+    store = _PieceStore(data)
+    reads = RangedReads(ChunkCache(256 * MiB), GetEstimate(), 4 * MiB, 0)
+    objs = [RangedObject(f"seg{n}", len(data), None, fetch_into=store.fetch_into) for n in range(4)]
+    got = await asyncio.gather(*(reads.range(o, 10, 20, [-1, None]) for o in objs))
+    assert all(b"".join(v) == data[10:20] for v in got)
+    await asyncio.gather(*reads.cache.pending)
+    sizes = sorted(end - start for start, end in store.ranges)
+    assert sizes.count(MiB) == remote_chunks.SPLIT and sizes.count(4 * MiB) == 2 * len(objs) - 1
+    del got
     await reads.close()
