@@ -23,10 +23,11 @@ def unreferenced(released: list[tuple]) -> list[bool]:
 
 def new_buffer(size: int) -> mmap.mmap:
     """A chunk buffer of fresh anonymous memory that nothing has touched yet: its pages are faulted in by whoever
-    writes it first (the local store's thread that reads into it; on S3 the event loop, piece by piece as it copies). bytearray(size) would zero every page on the event loop
-    first: 2.2 ms per 4 MiB on this machine, where the broker has malloc map each large buffer on its own (cli.py),
-    which every read of a chunk not yet in the cache waited for. Private: a shared anonymous mapping (mmap's default)
-    is shared memory, whose pages cost more to fault in and show as RssShmem, not with the broker's own memory."""
+    writes it first (the local store's thread that reads into it; on S3 the event loop, piece by piece as it copies).
+    bytearray(size) would zero every page on the event loop first: 2.2 ms per 4 MiB on this machine, where the broker
+    has malloc map each large buffer on its own (cli.py), which every read of a chunk not yet in the cache waited for.
+    Private: a shared anonymous mapping (mmap's default) is shared memory, whose pages cost more to fault in and show
+    as RssShmem, not with the broker's own memory."""
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
