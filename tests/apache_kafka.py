@@ -14,7 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.conftest import terminate
+from tests.conftest import free_port, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "apache-kafka"
@@ -69,12 +69,6 @@ def run(main: str, *args: str, timeout: float = 120, check: bool = True, input: 
         raise AssertionError(f"{main} {' '.join(args)} exited {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n"
                              f"--- stderr\n{p.stderr[-4000:]}")
     return p
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class KafkaNode:

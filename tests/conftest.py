@@ -29,10 +29,20 @@ def small_tmpfs_at(path: Path, size: str = "4m"):
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, never one handed out before in this process: a port bound and released
+    can come back from the next bind to port 0, and a cluster's brokers then got the same one (one failed to
+    listen: "address already in use")."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def terminate(proc: subprocess.Popen, timeout: float) -> int:
