@@ -228,10 +228,10 @@ def _remote_now(wanted, results, read_committed: bool) -> bool:
     lookups = {}
     if read_committed:
         for w in remote:
-            task = w.remote
-            if task.cancelled() or task.exception() is not None or not task.result():
-                continue                          # as _read_then_aborted: nothing to look up
-            lookup = w.part.remote_aborted_transactions_now(w.fetch_offset, task.result())
+            views = _read_views(w.remote)
+            if views is None:
+                continue
+            lookup = w.part.remote_aborted_transactions_now(w.fetch_offset, views)
             lookups[w] = lookup
             if not lookup.done():
                 _settle(lookups.values())         # the index GETs it started go on (shared); the walk stops
@@ -272,9 +272,18 @@ async def _read_then_aborted(w):
     never cancels the read: a Fetch that stops waiting leaves it to Partition.remote_read_result."""
     task = w.remote
     await asyncio.wait({task})
+    views = _read_views(task)
+    if views is None:
+        return None
+    return await w.part.remote_aborted_transactions(w.fetch_offset, views)
+
+
+def _read_views(task) -> list | None:
+    """The views a finished remote read answered, or None when it failed, was cancelled or read nothing: no aborted
+    transactions to look up for it."""
     if task.cancelled() or task.exception() is not None or not task.result():
         return None
-    return await w.part.remote_aborted_transactions(w.fetch_offset, task.result())
+    return task.result()
 
 
 async def _remote_aborted(partial, results, timeout: float) -> None:
