@@ -112,6 +112,7 @@ class ReadAhead:
     used: float = 0.0          # monotonic time of its last read
     finished: bool = False     # its reader asked for its last chunk (and goes on with the next object, if any)
     past_end_for: tuple | None = None   # (chunk, window, chunk size, chunks): read-ahead past the end all requested
+    ahead_for: tuple | None = None      # (chunk, window, chunk size, chunks, cache removals): the window all requested
     gets: GetEstimate | None = None     # the store's GETs, to size the window from the reader's pace
     reading: int = -1          # the chunk the reader has (RangedReads.chunk) ...
     got_at: float = 0.0        # ... and the monotonic time it got it
@@ -165,6 +166,7 @@ class ChunkCache:
         self.in_flight = 0          # bytes asked for and not yet answered
         self.unread_ahead = 0       # bytes fetched ahead and not read yet
         self.hits = self.misses = self.waits = 0
+        self.removals = 0           # chunks taken out of `entries` so far (ReadAhead.ahead_for)
         self.ahead_bytes = self.wasted_bytes = 0
         self.pending: set[asyncio.Future] = set()   # GETs not answered yet, held or dropped (close() ends them)
         self.started = 0            # bytes of GETs under way (a reader's own GET waits while these fill the budget)
@@ -284,7 +286,14 @@ class ChunkCache:
             self._start(nkey, nsize, nmake, ahead=True, gate=True)
             self.ahead_bytes += nsize
         end = i + 1 + ra.window
-        if self.read_ahead(parts, i + 1, end) and end > len(parts):
+        # a reader fetches several times per chunk: while none was taken out since its window was all requested,
+        # it still is (looking the window up again is most of a Fetch's own time at a wide window)
+        ahead_for = (i, ra.window, ra.chunk_size, len(parts), self.removals)
+        if ra.ahead_for != ahead_for:
+            if not self.read_ahead(parts, i + 1, end):
+                return fut
+            ra.ahead_for = (i, ra.window, ra.chunk_size, len(parts), self.removals)
+        if end > len(parts):
             past_end = getattr(parts, "past_end", None)
             # once all requested for this chunk and window, not again at each of the reader's fetches within the
             # chunk (finding the next objects costs more than the reads of the chunk do); at most PAST_END parts:
@@ -406,6 +415,7 @@ class ChunkCache:
             if f.cancelled() or f.exception() is not None:
                 if self.entries.get(key) is e:
                     del self.entries[key]
+                    self.removals += 1
                     self.bytes -= asked
                 self._unkept(e)               # its thread may still write into it; its traceback refers to it
                 return
@@ -441,11 +451,11 @@ class ChunkCache:
             if self._within(room, want):
                 break
             for key in (list(self.entries) if rank < 2 else list(reversed(self.entries))):
-                if self._within(room, want):
-                    break
                 # no local keeps the chunk (and through its future, its buffer) once it is forgotten
                 if key != keep and self._rank(self.entries[key]) == rank:
                     self._forget(key, self.entries[key])
+                    if self._within(room, want):     # only a forget changes it (recounting costs a pass)
+                        break
         self._note_peak(want)
 
     def _note_peak(self, want: int) -> None:
@@ -478,6 +488,7 @@ class ChunkCache:
 
     def _forget(self, key, e: _Chunk) -> None:
         del self.entries[key]
+        self.removals += 1
         if e.done:
             if e.buffer is not None:
                 self._unkept(e)   # its future's result until the future is gone (a reader about to get it holds it)

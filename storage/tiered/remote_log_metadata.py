@@ -99,9 +99,21 @@ def kafka_uuid(u: uuid.UUID) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TopicIdPartition:
+    """Hashed once: it is in the key of every chunk, index and read of the remote tier, looked up many times per Fetch
+    (the generated __hash__ hashes the fields, and UUID's hash is Python code: a tenth of a remote Fetch's loop time)."""
     topic_id: uuid.UUID
     topic: str
     partition: int
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.topic_id, self.topic, self.partition)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        return TopicIdPartition, (self.topic_id, self.topic, self.partition)   # str hashes differ between processes
 
     def __str__(self) -> str:
         return f"{kafka_uuid(self.topic_id)}:{self.topic}-{self.partition}"
