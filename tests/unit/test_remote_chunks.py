@@ -410,3 +410,28 @@ async def test_chunks_a_sequential_reader_moved_past_are_evicted_first():
         await cache.in_order(ra, parts, i)             # 400 bytes at the third: one must go
         await asyncio.sleep(0)
     assert cache.contains("other") and not cache.contains(("seg", 0)) and cache.bytes == 300
+
+
+async def test_a_reader_within_its_chunk_requests_again_what_left_its_window():
+    """A reader fetches several times within one chunk; its window, once all requested, is not looked up again until
+    something leaves the cache: a chunk of the window forgotten meanwhile (here dropped, as a deleted segment's are)
+    is requested again at the reader's next fetch, not only once it moves on to the next chunk."""
+    from storage.tiered.remote_chunks import ReadAhead
+    cache = ChunkCache(capacity=1000)
+    gets = []
+
+    async def fetch(i):
+        gets.append(i)
+        return bytes(100)
+    parts = [(("seg", i), 100, lambda i=i: fetch(i)) for i in range(6)]
+    ra = ReadAhead(100, 3)
+    await cache.in_order(ra, parts, 0)
+    await asyncio.sleep(0)
+    assert sorted(gets) == [0, 1, 2, 3]                 # its chunk and the window of 3 after it
+    await cache.in_order(ra, parts, 0)                  # the same chunk again: nothing to request
+    await asyncio.sleep(0)
+    assert len(gets) == 4
+    cache.drop(lambda k: k == ("seg", 2))
+    await cache.in_order(ra, parts, 0)
+    await asyncio.sleep(0)
+    assert sorted(gets) == [0, 1, 2, 2, 3] and cache.contains(("seg", 2))
