@@ -35,7 +35,7 @@ from storage.tiered.remote_log_metadata import (
     REMOTE_LOG_METADATA_TOPIC, InternalTopic, RemoteStorageException, TopicBasedRemoteLogMetadataManager, TopicIdPartition,
 )
 from storage.tiered.remote_chunks import ChunkCache, RangedReads
-from storage.tiered.remote_log_reader import EmptyWalks, RemoteLogReader, ResumePositions, _LruFutures
+from storage.tiered.remote_log_reader import EmptyWalks, RemoteLogReader, ResumePositions, _LruFutures, segment_key
 from storage.tiered.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
 log = logging.getLogger("strata.remote_log_manager")
@@ -574,9 +574,9 @@ class RemoteLogManager(RemoteLogReader):
             self.metrics.delete_errors.labels(topic).inc()
             raise
         self.rlmm.update_state(cur, S.DELETE_SEGMENT_FINISHED)
-        sid = md.segment_id.id
-        self._indexes.drop(lambda k: k[:2] == (md.tip, sid))
-        self._ranged.drop(lambda k: k == (md.tip, sid))
+        key = segment_key(md)
+        self._indexes.drop(lambda k: k[:2] == key)
+        self._ranged.drop(lambda k: k == key)
 
     async def _expire(self, t: _PartitionTask) -> None:
         """Kafka's cleanupExpiredRemoteLogSegments for one partition (single leader lineage)."""

@@ -226,9 +226,15 @@ class EmptyWalks:
         self.entries.pop(tip, None)
 
 
+def segment_key(md) -> tuple:
+    """(tip, segment id as an int): how a segment's object and indexes are keyed in the caches. The int, not the UUID:
+    the chunk cache hashes keys tens of times per Fetch, and UUID's hash is Python code."""
+    return md.tip, md.segment_id.id.int
+
+
 def _txn_key(md) -> tuple:
-    """A segment's transaction index in the index cache (its offset and time indexes are (tip, segment id))."""
-    return md.tip, md.segment_id.id, "txn"
+    """A segment's transaction index in the index cache (its offset and time indexes are segment_key)."""
+    return md.tip, md.segment_id.id.int, "txn"
 
 
 def _epochs_version(lg) -> int | None:
@@ -500,7 +506,7 @@ class RemoteLogReader:
             off, ts = await asyncio.gather(self.rsm.fetch_index(md, IndexType.OFFSET),
                                            self.rsm.fetch_index(md, IndexType.TIMESTAMP))
             return _Indexes(md.start_offset, off, ts)
-        return self._indexes.get((md.tip, md.segment_id.id), load)
+        return self._indexes.get(segment_key(md), load)
 
     def _object(self, md: RemoteLogSegmentMetadata) -> RangedObject:
         """The segment's .log object for the ranged reads (remote_chunks.py); at its end, read-ahead goes on with the
@@ -517,7 +523,7 @@ class RemoteLogReader:
         if self.rsm.reads_into:
             def into(start: int, end: int, buf: memoryview):
                 return self.rsm.fetch_log_segment(md, start, end, buf)
-        return RangedObject((md.tip, md.segment_id.id), md.segment_size_in_bytes,
+        return RangedObject(segment_key(md), md.segment_size_in_bytes,
                             lambda start, end: self.rsm.fetch_log_segment(md, start, end), after, into)
 
     async def _range(self, md, start: int, end: int, cur: list, wait=None) -> list[memoryview]:

@@ -6,6 +6,8 @@ follows the leader epochs, as Kafka's does: after a leadership change the store 
 two leaders."""
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from storage.log.transaction_index import AbortedTxn
@@ -17,7 +19,7 @@ class _Segment:
     def __init__(self, start: int, end: int):
         self.start_offset, self.end_offset = start, end
         self.tip = "t"
-        self.segment_id = type("Id", (), {"id": f"{start}"})()
+        self.segment_id = type("Id", (), {"id": uuid.UUID(int=start)})()
 
 
 class _Log:
@@ -251,7 +253,7 @@ async def test_a_segment_tiered_while_a_walk_waits_is_not_hidden_by_a_remembered
     leader.leader_epoch_cache.truncate_from_end(1)
     assert await r.collect_aborted_transactions("t", 0, leader, 1000, 1050) == []    # remembers segments 10-20
     first = r.rlmm.list_remote_log_segments(tip)[0]
-    r._indexes.drop(lambda k: k[1] == first.segment_id.id)
+    r._indexes.drop(lambda k: k[1] == first.segment_id.id.int)
     gate = asyncio.Event()
     fetch_index = type(r.rsm).fetch_index
 

@@ -15,7 +15,7 @@ from storage.objectstore.faulty import FaultyObjectStore
 from storage.tiered.remote_chunks import MAX_CHUNK, MIN_CHUNK, ChunkCache, GetEstimate, RangedReads
 from storage.tiered.remote_log_metadata import (RemoteLogSegmentId, RemoteLogSegmentMetadata,
                                                 RemoteStorageException, TopicIdPartition)
-from storage.tiered.remote_log_reader import RemoteLogReader
+from storage.tiered.remote_log_reader import RemoteLogReader, segment_key
 from storage.tiered.remote_storage_manager import RemoteStorageManager, segment_key_prefix
 
 MiB = 1 << 20
@@ -186,7 +186,7 @@ async def test_a_sequential_reader_keeps_several_gets_in_flight_within_the_budge
     assert not store.over_budget, store.over_budget[:5]
     ranges = sorted(store.ranges)
     assert sum(e - s for s, e in ranges) == len(data), "a byte was fetched twice (or not at all)"
-    assert reader._ranged.read_aheads[(md.tip, md.segment_id.id)].window > 2
+    assert reader._ranged.read_aheads[segment_key(md)].window > 2
     assert reader._chunks.wasted_bytes == 0
 
 
@@ -280,7 +280,7 @@ async def test_a_reader_faster_than_the_store_widens_its_window_at_its_first_wai
         reader.rsm.gets.observe(size, 0.030 + size / 80e6)
     md, data = await _segment(store, 48 * MiB)
     assert await _read_all(reader, md) == data
-    ra = reader._ranged.read_aheads[(md.tip, md.segment_id.id)]
+    ra = reader._ranged.read_aheads[segment_key(md)]
     assert ra.chunk_size == 4 * MiB and ra.max_window == 11      # 48 MiB ahead: 12 chunks, the reader's and 11
     assert windows and windows[0] == 11, windows
     assert store.most >= 8 and not store.over_budget

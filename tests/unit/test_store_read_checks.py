@@ -106,7 +106,7 @@ async def _check_cache_is_whole(b: Broker) -> None:
     await asyncio.gather(*(e.future for e in rlm._chunks.entries.values()), *rlm._indexes.entries.values(),
                          return_exceptions=True)
     await asyncio.sleep(0)
-    mds = {md.segment_id.id: md for md in rlm.rlmm.list_remote_log_segments(rlm.tip_of("t", 0))}
+    mds = {md.segment_id.id.int: md for md in rlm.rlmm.list_remote_log_segments(rlm.tip_of("t", 0))}
     for ((_, seg_id), cs, i), e in rlm._chunks.entries.items():
         fut = e.future
         assert fut.done() and fut.exception() is None
