@@ -292,7 +292,7 @@ class ChunkCache:
         if ra.ahead_for != ahead_for:
             if not self.read_ahead(parts, i + 1, end):
                 return fut
-            ra.ahead_for = (i, ra.window, ra.chunk_size, len(parts), self.removals)
+            ra.ahead_for = ahead_for      # as before the call: one it made forget (a stale chunk) is looked at again
         if end > len(parts):
             past_end = getattr(parts, "past_end", None)
             # once all requested for this chunk and window, not again at each of the reader's fetches within the

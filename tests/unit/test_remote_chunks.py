@@ -435,3 +435,34 @@ async def test_a_reader_within_its_chunk_requests_again_what_left_its_window():
     await cache.in_order(ra, parts, 0)
     await asyncio.sleep(0)
     assert sorted(gets) == [0, 1, 2, 2, 3] and cache.contains(("seg", 2))
+
+
+async def test_a_chunk_of_the_window_forgotten_by_its_own_read_ahead_is_requested_again(monkeypatch):
+    """A read-ahead that makes room by forgetting a stale chunk of the same window (read ahead, never read) still
+    answers 'all requested'; the window is looked at again at the reader's next fetch, which requests that chunk."""
+    import time
+    import storage.tiered.remote_chunks as rc
+    from storage.tiered.remote_chunks import ReadAhead
+    cache = ChunkCache(capacity=400)             # read-ahead may take 300
+    gets = []
+
+    async def fetch(i):
+        gets.append(i)
+        return bytes(100)
+    parts = [(("seg", i), 100, lambda i=i: fetch(i)) for i in range(8)]
+    ra = ReadAhead(100, 2)
+    await cache.in_order(ra, parts, 0)
+    await asyncio.sleep(0)
+    ra.window = 3
+    await cache.in_order(ra, parts, 0)           # the reader's own chunk is in: room for one more ahead
+    await asyncio.sleep(0)
+    assert sorted(gets) == [0, 1, 2, 3]
+    monkeypatch.setattr(rc, "STALE_AHEAD", 0.0)
+    cache.entries[("seg", 1)].used = time.monotonic() + 60      # the next chunk is not stale; 2 and 3 are
+    ra.window = 4
+    await cache.in_order(ra, parts, 0)           # 4 needs room: 2, stale, goes
+    await asyncio.sleep(0)
+    assert gets[4:] == [4] and not cache.contains(("seg", 2))
+    await cache.in_order(ra, parts, 0)           # the reader's next fetch in the same chunk
+    await asyncio.sleep(0)
+    assert 2 in gets[5:] and cache.contains(("seg", 2))
