@@ -412,28 +412,36 @@ async def test_chunks_a_sequential_reader_moved_past_are_evicted_first():
     assert cache.contains("other") and not cache.contains(("seg", 0)) and cache.bytes == 300
 
 
-async def test_a_reader_within_its_chunk_requests_again_what_left_its_window():
-    """A reader fetches several times within one chunk; its window, once all requested, is not looked up again until
-    something leaves the cache: a chunk of the window forgotten meanwhile (here dropped, as a deleted segment's are)
-    is requested again at the reader's next fetch, not only once it moves on to the next chunk."""
+def _window_reader(capacity: int, window: int):
+    """A ChunkCache of `capacity`, eight 100-byte parts whose GETs answer at once and are logged in `gets`, and
+    `read(i, window=None)`: the reader's fetch in part i (with that window from then on), its GETs let finish."""
     from storage.tiered.remote_chunks import ReadAhead
-    cache = ChunkCache(capacity=1000)
-    gets = []
+    cache, gets, ra = ChunkCache(capacity=capacity), [], ReadAhead(100, window)
 
     async def fetch(i):
         gets.append(i)
         return bytes(100)
-    parts = [(("seg", i), 100, lambda i=i: fetch(i)) for i in range(6)]
-    ra = ReadAhead(100, 3)
-    await cache.in_order(ra, parts, 0)
-    await asyncio.sleep(0)
+    parts = [(("seg", i), 100, lambda i=i: fetch(i)) for i in range(8)]
+
+    async def read(i: int, window: int | None = None):
+        if window is not None:
+            ra.window = window
+        await cache.in_order(ra, parts, i)
+        await asyncio.sleep(0)
+    return cache, read, gets
+
+
+async def test_a_reader_within_its_chunk_requests_again_what_left_its_window():
+    """A reader fetches several times within one chunk; its window, once all requested, is not looked up again until
+    something leaves the cache: a chunk of the window forgotten meanwhile (here dropped, as a deleted segment's are)
+    is requested again at the reader's next fetch, not only once it moves on to the next chunk."""
+    cache, read, gets = _window_reader(1000, window=3)
+    await read(0)
     assert sorted(gets) == [0, 1, 2, 3]                 # its chunk and the window of 3 after it
-    await cache.in_order(ra, parts, 0)                  # the same chunk again: nothing to request
-    await asyncio.sleep(0)
+    await read(0)                                       # the same chunk again: nothing to request
     assert len(gets) == 4
     cache.drop(lambda k: k == ("seg", 2))
-    await cache.in_order(ra, parts, 0)
-    await asyncio.sleep(0)
+    await read(0)
     assert sorted(gets) == [0, 1, 2, 2, 3] and cache.contains(("seg", 2))
 
 
@@ -442,27 +450,13 @@ async def test_a_chunk_of_the_window_forgotten_by_its_own_read_ahead_is_requeste
     answers 'all requested'; the window is looked at again at the reader's next fetch, which requests that chunk."""
     import time
     import storage.tiered.remote_chunks as rc
-    from storage.tiered.remote_chunks import ReadAhead
-    cache = ChunkCache(capacity=400)             # read-ahead may take 300
-    gets = []
-
-    async def fetch(i):
-        gets.append(i)
-        return bytes(100)
-    parts = [(("seg", i), 100, lambda i=i: fetch(i)) for i in range(8)]
-    ra = ReadAhead(100, 2)
-    await cache.in_order(ra, parts, 0)
-    await asyncio.sleep(0)
-    ra.window = 3
-    await cache.in_order(ra, parts, 0)           # the reader's own chunk is in: room for one more ahead
-    await asyncio.sleep(0)
+    cache, read, gets = _window_reader(400, window=2)     # read-ahead may take 300
+    await read(0)
+    await read(0, window=3)                      # the reader's own chunk is in: room for one more ahead
     assert sorted(gets) == [0, 1, 2, 3]
     monkeypatch.setattr(rc, "STALE_AHEAD", 0.0)
     cache.entries[("seg", 1)].used = time.monotonic() + 60      # the next chunk is not stale; 2 and 3 are
-    ra.window = 4
-    await cache.in_order(ra, parts, 0)           # 4 needs room: 2, stale, goes
-    await asyncio.sleep(0)
+    await read(0, window=4)                      # 4 needs room: 2, stale, goes
     assert gets[4:] == [4] and not cache.contains(("seg", 2))
-    await cache.in_order(ra, parts, 0)           # the reader's next fetch in the same chunk
-    await asyncio.sleep(0)
+    await read(0)                                # the reader's next fetch in the same chunk
     assert 2 in gets[5:] and cache.contains(("seg", 2))
