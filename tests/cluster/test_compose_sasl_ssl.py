@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,13 @@ def merged_config() -> dict:
                         "json"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
+
+
+def applied_offset(metrics_port: int) -> float:
+    """The last metadata record a broker applied (kafka_server_broker_metadata_metrics_last_applied_record_offset)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    return float(re.search(r"^kafka_server_broker_metadata_metrics_last_applied_record_offset(?:{.*})? (\S+)$", text,
+                           re.M)[1])
 
 
 class Rewriter:
@@ -119,10 +127,11 @@ def test_the_sasl_ssl_compose_topology_runs_as_processes(tmp_path, moto_server, 
     for out in (first.stdout, first.stderr, again.stdout, again.stderr):
         assert not any(s in out for s in secrets), out
 
-    procs, logs = [], []
+    procs, logs, metrics_ports = [], [], []
     try:
         for name in BROKERS:
             env = {k: rw(v) for k, v in services[name]["environment"].items()}
+            metrics_ports.append(int(env["STRATA_METRICS_PORT"]))
             env["STRATA_ADVERTISED_LISTENERS"] = env["STRATA_ADVERTISED_LISTENERS"].replace("localhost", "127.0.0.1")
             env["STRATA_LOG_DIRS"] = str(tmp_path / name)
             log = open(tmp_path / f"{name}.log", "wb")
@@ -169,6 +178,13 @@ def test_the_sasl_ssl_compose_topology_runs_as_processes(tmp_path, moto_server, 
         while len(admin.list_topics(topic_name, timeout=5).topics[topic_name].partitions[0].isrs) < 3:
             assert time.monotonic() < deadline, "no ISR of 3"
             time.sleep(0.3)
+        # every broker has applied the topic (and alice's ACLs, before it in the metadata log): the producer's first
+        # Metadata may go to any of them, and one still behind denies her the topic (TOPIC_AUTHORIZATION_FAILED), as a
+        # Kafka broker behind the log may; Kafka's own tests wait for the metadata to propagate alike
+        deadline = time.monotonic() + 30
+        while len({applied_offset(port) for port in metrics_ports}) > 1:
+            assert time.monotonic() < deadline, "the brokers did not catch up with the metadata log"
+            time.sleep(0.2)
         p = Producer({**alice, "acks": "all"})
         errors = []
         for i in range(50):
