@@ -235,7 +235,7 @@ def segment_key(md) -> tuple:
 
 def _txn_key(md) -> tuple:
     """A segment's transaction index in the index cache (its offset and time indexes are segment_key)."""
-    return md.tip, md.segment_id.id.int, "txn"
+    return *segment_key(md), "txn"
 
 
 def _epochs_version(lg) -> int | None:
