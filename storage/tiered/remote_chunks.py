@@ -7,9 +7,10 @@ reader that waits for one chunk at a time reads at a fraction of the local log's
   last chunk of each segment give it different sizes), so the reader knows the store it is on.
 - `ReadAhead` is one segment's sequential reader state: a chunk size chosen from the estimate (large enough that the
   first byte's latency is half of a GET at most; the next segments a reader reads ahead into keep it) and a window
-  of chunks requested ahead of the reader, which grows whenever the reader has to wait for a chunk that was already
-  on its way (the window was too short for the reader's pace): at least twice as wide, and to a GET's time at that
-  pace once the store is known. Read-ahead happens only on a read, so it stops when the reader stops.
+  of chunks requested ahead of the reader. The window grows to a GET's time at the reader's pace (the time it took
+  over its last chunk) once the store is known, and at least doubles whenever the reader has to wait for a chunk
+  already on its way. A chunk the reader will need sooner than a whole GET takes (its first ones, before its pace
+  is known) is read in ranged parts at once. Read-ahead happens only on a read, so it stops when the reader stops.
 - `ChunkCache` holds chunks, in flight and done, within `remote.fetch.max.memory.bytes`: a read-ahead is only started
   while bytes in flight plus chunks fetched ahead and not yet read fit the budget, a reader's own GET waits while
   the GETs under way already take the whole budget, and done chunks are evicted least recently used first. Chunks
@@ -58,6 +59,7 @@ class GetEstimate:
     def __init__(self, samples: int = 64):
         self._samples: deque[tuple[float, float]] = deque(maxlen=samples)
         self._last: tuple[float, float] | None = None
+        self._fitted = False            # _last is the fit of the samples as they are (readers ask at every chunk)
         self.listener: Callable[[int, float], None] | None = None     # e.g. a latency histogram
 
     async def timed(self, get) -> bytes:
@@ -69,12 +71,16 @@ class GetEstimate:
 
     def observe(self, nbytes: int, seconds: float) -> None:
         self._samples.append((float(nbytes), max(seconds, 0.0)))
+        self._fitted = False
         if self.listener is not None:
             self.listener(nbytes, seconds)
 
     def fit(self) -> tuple[float, float] | None:
         """(latency seconds, bandwidth bytes/s), or None until GETs of different enough sizes were seen. While the
         recent GETs are too alike in size (a reader taking chunks of the size this chose), the last fit stands."""
+        if self._fitted:
+            return self._last
+        self._fitted = True
         n = len(self._samples)
         if n < 4:
             return self._last
@@ -116,23 +122,53 @@ class ReadAhead:
     gets: GetEstimate | None = None     # the store's GETs, to size the window from the reader's pace
     reading: int = -1          # the chunk the reader has (RangedReads.chunk) ...
     got_at: float = 0.0        # ... and the monotonic time it got it
+    pace: float = 0.0          # seconds the reader took over its last whole chunk (0: not seen yet)
+    alone: bool = True         # the only object being read (RangedReads.read_ahead): its read-ahead may go in parts
 
     def stalled(self, i: int) -> None:
         """The reader waited for chunk `i`, already requested ahead: it reads faster than the window delivers. The
         window at least doubles and, once the store's GETs are known, grows at once to a GET's time at the reader's
-        pace (the time it took over chunk i - 1) and one more: a reader starting at a store tens of milliseconds
-        away would otherwise wait again at each doubling. Only doubled when the last chunk got was not i - 1 (another
-        reader of the object, a seek); a window of 0 (read-ahead off) stays 0."""
+        pace (paced). Only doubled when the last chunk got was not i - 1 (another reader of the object, a seek); a
+        window of 0 (read-ahead off) stays 0."""
         if self.window == 0:
             return
-        want = self.window * 2
-        fit = self.gets.fit() if self.gets is not None and self.reading == i - 1 else None
-        if fit is not None:
-            latency, bandwidth = fit
-            pace = time.monotonic() - self.got_at
-            if pace > 0:
-                want = max(want, math.ceil((latency + self.chunk_size / bandwidth) / pace) + 1)
-        self.window = min(self.max_window, want)
+        self.window = min(self.max_window, self.window * 2)
+        self.next_chunk(i)
+
+    def next_chunk(self, i: int) -> None:
+        """The reader asks for chunk `i`: when it comes from i - 1, the time it took over that chunk is its pace, and
+        the window grows to a GET's time at that pace before the reader has to wait for it (paced)."""
+        if self.reading == i - 1 and self.got_at:
+            self.pace = time.monotonic() - self.got_at
+            if self.window:
+                self.paced()
+
+    def paced(self) -> None:
+        """The window grows (never shrinks) to cover one GET's time at the reader's pace, and one more: a reader
+        starting at a store tens of milliseconds away would otherwise wait again at each doubling."""
+        fit = self.gets.fit() if self.gets is not None else None
+        if fit is None or self.pace <= 0:
+            return
+        latency, bandwidth = fit
+        want = math.ceil((latency + self.chunk_size / bandwidth) / self.pace) + 1
+        self.window = min(self.max_window, max(self.window, want))
+
+    def parts_for(self, ahead: int) -> int:
+        """Ranged GETs at once for the chunk `ahead` chunks past the reader's: one GET when the reader, at its pace,
+        needs it no sooner than a GET of the whole chunk takes; else SPLIT parts, or 2 when half a chunk's GET comes
+        in time. A reader just started (its pace unknown) needs its next chunks soonest: in parts they come in a GET's
+        latency and a part of its transfer time, not all of it. One GET for a store not known yet, or beside other
+        objects being read: there parts would queue behind each other's on the store's connections (S3's
+        max_concurrency) and come later than one GET."""
+        fit = self.gets.fit() if self.gets is not None and self.alone else None
+        if fit is None:
+            return 1
+        latency, bandwidth = fit
+        need = ahead * self.pace
+        for parts in (1, 2):
+            if latency + self.chunk_size / parts / bandwidth <= need:
+                return parts
+        return SPLIT
 
 
 @dataclass(eq=False)
@@ -249,7 +285,7 @@ class ChunkCache:
         is for readers' own chunks, so that they do not push unread read-ahead out)."""
         return self.in_flight + self.unread_ahead + self.held + size <= self.capacity * 3 // 4
 
-    def prefetch(self, key, size: int, make: Callable[[], object]) -> bool:
+    def prefetch(self, key, size: int, make: Callable[[], object], parts: int = 1) -> bool:
         """Start a read-ahead of a chunk not held yet, if the budget has room (after evicting chunks read ahead for
         a reader that went away: unread for STALE_AHEAD seconds)."""
         if key in self.entries:
@@ -262,7 +298,7 @@ class ChunkCache:
                     break
             if not self.room_ahead(size):
                 return False
-        self._start(key, size, make, ahead=True)
+        self._start(key, size, make, ahead=True, parts=parts)
         self.ahead_bytes += size
         return True
 
@@ -283,14 +319,14 @@ class ChunkCache:
         if i + 1 < len(parts) and parts[i + 1][0] not in self.entries:
             # the next part always: a read-ahead further out must not keep the reader's next chunk from starting
             nkey, nsize, nmake = parts[i + 1]
-            self._start(nkey, nsize, nmake, ahead=True, gate=True)
+            self._start(nkey, nsize, nmake, ahead=True, gate=True, parts=ra.parts_for(1))
             self.ahead_bytes += nsize
         end = i + 1 + ra.window
         # a reader fetches several times per chunk: while none was taken out since its window was all requested,
         # it still is (looking the window up again is most of a Fetch's own time at a wide window)
         ahead_for = (i, ra.window, ra.chunk_size, len(parts), self.removals)
         if ra.ahead_for != ahead_for:
-            if not self.read_ahead(parts, i + 1, end):
+            if not self.read_ahead(parts, i + 1, end, ra, i):
                 return fut
             ra.ahead_for = ahead_for      # as before the call: one it made forget (a stale chunk) is looked at again
         if end > len(parts):
@@ -304,18 +340,20 @@ class ChunkCache:
                     ra.past_end_for = done_for
         return fut
 
-    def read_ahead(self, parts, first: int, end: int) -> bool:
+    def read_ahead(self, parts, first: int, end: int, ra: ReadAhead | None = None, at: int = 0) -> bool:
         """Read ahead parts [first, end) of `parts` (those there are) not held yet, in order; False once the budget
-        is full (the rest waits for the reader to come closer)."""
+        is full (the rest waits for the reader to come closer). Each in the ranged GETs `ra.parts_for` gives it, for
+        a reader at part `at` (one GET without `ra`)."""
         for j in range(first, min(end, len(parts))):
             key, size, make = parts[j]
-            if key not in self.entries and not self.prefetch(key, size, make):
+            if key not in self.entries and not self.prefetch(key, size, make, ra.parts_for(j - at) if ra else 1):
                 return False
         return True
 
-    def _start(self, key, size: int, make, ahead: bool, gate: bool | None = None) -> _Chunk:
+    def _start(self, key, size: int, make, ahead: bool, gate: bool | None = None, parts: int = 1) -> _Chunk:
         """Request a chunk; `gate` (a reader's own chunk, or the one it reads next) waits while the GETs under way
-        take the budget, other read-ahead was admitted by room_ahead."""
+        take the budget, other read-ahead was admitted by room_ahead. A chunk read ahead goes in `parts` ranged GETs
+        (ReadAhead.parts_for) where the store reads into buffers."""
         gate = not ahead if gate is None else gate
         e = _Chunk(None, size, ahead, used=time.monotonic(), into=type(make) is ReadInto)
         if not ahead and e.into and not self.in_flight and size >= SPLIT * MIN_PIECE:
@@ -325,6 +363,8 @@ class ChunkCache:
             e.parts = SPLIT
             e.future = eager(self._get(e, make, wait=gate))
         else:
+            if e.into and parts > 1 and size >= parts * MIN_PIECE:
+                e.parts = parts
             e.future = asyncio.ensure_future(self._get(e, make, wait=gate))
         self.entries[key] = e
         self.pending.add(e.future)
@@ -609,7 +649,9 @@ class RangedReads:
             self.read_aheads.move_to_end(key)
         if reading:
             ra.used = now
-        share = self.cache.capacity * 3 // 4 // max(1, self.streams(now))
+        streams = self.streams(now)
+        ra.alone = streams <= 1
+        share = self.cache.capacity * 3 // 4 // max(1, streams)
         fit = 1 << max(0, (share // SHARE_CHUNKS).bit_length() - 1)     # a power of two, a sixth of the share
         fit = max(fit, MIN_SHARED_CHUNK)
         if ra.chunk_size == 0:
@@ -638,6 +680,7 @@ class RangedReads:
         ra = ra or self.read_ahead(obj.key)
         chunks = _Chunks(obj, ra.chunk_size, self)
         ra.finished = i + 1 >= len(chunks)       # a reader at its last chunk no longer takes a share of the budget
+        ra.next_chunk(i)
         fut = self.cache.in_order(ra, chunks, i)
         data = await (wait(fut) if wait is not None else asyncio.shield(fut))
         if ra.reading != i:                      # the reader's pace: from here to its stall at a later chunk
