@@ -40,7 +40,7 @@ MAX_CHUNK = 16 << 20
 MIN_SHARED_CHUNK = 256 << 10   # the smallest chunk when many objects share the budget
 SPLIT = 4                 # ranged GETs at once for a chunk a reader waits for, the store idle (ChunkCache._start) ...
 MIN_PIECE = 512 << 10     # ... each of at least this many bytes
-SHARE_CHUNKS = 6          # chunks an object's share of the budget holds at least: its reader's and 5 read ahead
+SHARE_CHUNKS = 3          # chunks an object's share of the budget holds at least: its reader's and 2 read ahead
 PAST_END = 32             # parts read ahead past an object's end, into the objects after it, at most
 ACTIVE = 5.0              # seconds since its last read for which an object counts as being read (shares the budget)
 STALE_AHEAD = 10.0        # seconds after which a chunk read ahead and never read may be evicted for new read-ahead
@@ -630,11 +630,11 @@ class RangedReads:
         """The object's reading state, made at its first read. Its chunk size comes from what the store showed so far
         (GetEstimate.chunk_size), or is that of the object before it when its reader reads ahead into it, and both
         the chunk size and the window are kept within the object's share of the read-ahead budget (three quarters
-        of it, split between the objects being read): a chunk at most a sixth of the share, so that the reader's own
-        chunk and five ahead fit it (enough ahead that a reader consuming a part of a chunk per fetch finds the next
-        one there). With many objects read at once (a consumer catching up on many partitions) the chunks get
-        smaller rather than evicting each other's read-ahead; a smaller chunk size applies from the reader's next
-        chunk (a larger one only to objects read later).
+        of it, split between the objects being read): a chunk at most a third of the share, so that the reader's own
+        chunk and two ahead fit it (a sixth took twice the GETs at 32 partitions, each costing the event loop more
+        than the bytes did; two ahead still cover a GET there). With many objects read at once (a consumer catching
+        up on many partitions) the chunks get smaller rather than evicting each other's read-ahead; a smaller chunk
+        size applies from the reader's next chunk (a larger one only to objects read later).
         `reading=False`: a reader of the previous object reads ahead into this one; it is the same reader, not one
         more sharing the budget, until it comes to read here."""
         now = time.monotonic()
@@ -652,7 +652,7 @@ class RangedReads:
         streams = self.streams(now)
         ra.alone = streams <= 1
         share = self.cache.capacity * 3 // 4 // max(1, streams)
-        fit = 1 << max(0, (share // SHARE_CHUNKS).bit_length() - 1)     # a power of two, a sixth of the share
+        fit = 1 << max(0, (share // SHARE_CHUNKS).bit_length() - 1)     # a power of two, a third of the share
         fit = max(fit, MIN_SHARED_CHUNK)
         if ra.chunk_size == 0:
             ra.chunk_size = min(self.carry or self.estimate.chunk_size(self.default_chunk), fit)

@@ -192,11 +192,11 @@ async def test_a_sequential_reader_keeps_several_gets_in_flight_within_the_budge
 
 async def test_a_small_budget_holds_the_read_ahead_back():
     store = _CountingStore(lambda: reader._chunks, get_latency_ms=30, get_bandwidth_mb_s=80)
-    reader = _Reader(store, budget=8 * MiB)                 # 6 MiB for read-ahead: 1 MiB chunks, not the 4 configured
+    reader = _Reader(store, budget=8 * MiB)                 # 6 MiB for read-ahead: 2 MiB chunks, not the 4 configured
     md, data = await _segment(store, 24 * MiB)
     assert await _read_all(reader, md) == data
-    assert {e - s for s, e in store.ranges} == {1 * MiB}
-    assert store.most_bytes <= 6 * MiB and not store.over_budget     # five ahead at most, plus the reader's own
+    assert {e - s for s, e in store.ranges} == {2 * MiB}
+    assert store.most_bytes <= 6 * MiB and not store.over_budget     # two ahead at most, plus the reader's own
 
 
 async def test_readers_of_many_objects_share_the_budget_with_smaller_chunks():
@@ -211,7 +211,7 @@ async def test_readers_of_many_objects_share_the_budget_with_smaller_chunks():
     assert not store.over_budget and store.most_bytes <= 48 * MiB
     assert sum(e - s for s, e in store.ranges) == 32 * 3 * MiB, "a byte was fetched twice (or not at all)"
     assert reader._chunks.wasted_bytes == 0 and reader._chunks.peak <= 48 * MiB
-    assert max(e - s for s, e in store.ranges) <= 1 * MiB        # 36 MiB / 32 readers or more / 6, rounded down
+    assert max(e - s for s, e in store.ranges) <= 1 * MiB        # 36 MiB / 32 readers or more / 3, rounded down
 
 
 async def test_the_chunk_size_follows_the_store_once_it_is_known():
