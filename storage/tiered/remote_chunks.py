@@ -43,6 +43,7 @@ MIN_PIECE = 512 << 10     # ... each of at least this many bytes
 SHARE_CHUNKS = 3          # chunks an object's share of the budget holds at least: its reader's and 2 read ahead
 PAST_END = 32             # parts read ahead past an object's end, into the objects after it, at most
 ACTIVE = 5.0              # seconds since its last read for which an object counts as being read (shares the budget)
+COUNTED = 0.05            # seconds for which RangedReads.streams() stands
 STALE_AHEAD = 10.0        # seconds after which a chunk read ahead and never read may be evicted for new read-ahead
 TIDY = 0.5                # seconds between looks at what responses still hold, while they hold any (ChunkCache._tidy)
 
@@ -198,6 +199,8 @@ class ChunkCache:
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.entries: OrderedDict[object, _Chunk] = OrderedDict()
+        self._passed: dict[object, None] = {}   # the entries of rank 0 (_rank), least recently used first: eviction
+        #   takes them without a pass over every chunk (at 32 partitions a GET's eviction scanned ~50 of ~200)
         self.bytes = 0
         self.in_flight = 0          # bytes asked for and not yet answered
         self.unread_ahead = 0       # bytes fetched ahead and not read yet
@@ -276,7 +279,9 @@ class ChunkCache:
             e.ahead = False
             if e.done:
                 self.unread_ahead -= e.size
+            self._ranked(key, e)
             return e.future, waiting
+        self._ranked(key, e)
         return e.future, False
 
     def room_ahead(self, size: int) -> bool:
@@ -311,8 +316,9 @@ class ChunkCache:
         key, size, make = parts[i]
         if i > 0:
             prev = self.entries.get(parts[i - 1][0])
-            if prev is not None:
+            if prev is not None and not prev.passed:
                 prev.passed = True
+                self._ranked(parts[i - 1][0], prev)
         fut, waiting = self.get(key, size, make)
         if waiting:
             ra.stalled(i)
@@ -467,6 +473,7 @@ class ChunkCache:
             e.size, e.done = got, True
             if e.ahead:
                 self.unread_ahead += got
+            self._ranked(key, e)
             self._evict(key)
         finally:
             if e.dropped:
@@ -487,8 +494,11 @@ class ChunkCache:
         first), then those read ahead and not read yet (prefetch waste), the furthest ahead first: the reader needs
         the nearest soonest. A free buffer of `want` bytes is kept, and not counted: a GET starting now takes it
         (the buffer of a chunk evicted for it, most of the time)."""
-        for rank in (0, 1, 2):            # unread read-ahead: the latest requested (furthest ahead) first
-            if self._within(room, want):
+        if self._within(room, want) or self._evict_passed(keep, room, want):
+            self._note_peak(want)
+            return
+        for rank in (1, 2):               # unread read-ahead: the latest requested (furthest ahead) first
+            if rank == 2 and self._within(room, want):
                 break
             for key in (list(self.entries) if rank < 2 else list(reversed(self.entries))):
                 # no local keeps the chunk (and through its future, its buffer) once it is forgotten
@@ -497,6 +507,27 @@ class ChunkCache:
                     if self._within(room, want):     # only a forget changes it (recounting costs a pass)
                         break
         self._note_peak(want)
+
+    def _evict_passed(self, keep, room: int, want: int) -> bool:
+        """_evict's first pass: chunks a sequential reader has moved past, least recently used first, until memory()
+        leaves `room` bytes; whether it does."""
+        while self._passed:
+            it = iter(self._passed)
+            key = next(it)
+            if key == keep:
+                key = next(it, None)
+                if key is None:
+                    return False
+            self._forget(key, self.entries[key])
+            if self._within(room, want):
+                return True
+        return False
+
+    def _ranked(self, key, e: _Chunk) -> None:
+        """Keep `_passed` the chunks of rank 0, in the order they were last used, after `e` changed."""
+        self._passed.pop(key, None)
+        if e.done and e.passed and not e.ahead:
+            self._passed[key] = None
 
     def _note_peak(self, want: int) -> None:
         """memory() as a peak, but for a free buffer of `want` bytes that a GET starting now takes (see _evict)."""
@@ -528,6 +559,7 @@ class ChunkCache:
 
     def _forget(self, key, e: _Chunk) -> None:
         del self.entries[key]
+        self._passed.pop(key, None)
         self.removals += 1
         if e.done:
             if e.buffer is not None:
@@ -614,16 +646,23 @@ class RangedReads:
         self.default_chunk, self.first_window, self.max_objects = default_chunk, first_window, max_objects
         self.read_aheads: OrderedDict[object, ReadAhead] = OrderedDict()
         self.carry = 0                  # the chunk size of the object whose reader reads ahead into the next (_Chunks)
+        self._counted = (-ACTIVE, 0)    # (when, streams) as streams() last counted them
 
     def streams(self, now: float) -> int:
         """Objects read within the last ACTIVE seconds (the most recently read are last in `read_aheads`), or the
         reads under way if more: a Fetch that starts reads of many partitions at once makes them share the budget
-        from their first chunk, not after each has read one chunk at a size meant for fewer."""
-        n = 0
-        for ra in reversed(self.read_aheads.values()):
-            if ra.used < now - ACTIVE:
-                break
-            n += not ra.finished
+        from their first chunk, not after each has read one chunk at a size meant for fewer. Counted again after
+        COUNTED seconds or an object read anew (read_ahead), not at each of a Fetch's many reads: at 32 partitions the
+        count went over every reader for each chunk each of them came to; an object whose reader finished or went
+        away leaves the count up to COUNTED seconds late, which sizes chunks, not the budget (ChunkCache keeps that)."""
+        at, n = self._counted
+        if now - at > COUNTED:
+            n = 0
+            for ra in reversed(self.read_aheads.values()):
+                if ra.used < now - ACTIVE:
+                    break
+                n += not ra.finished
+            self._counted = (now, n)
         return max(n, self.readers()) if self.readers is not None else n
 
     def read_ahead(self, key, reading: bool = True) -> ReadAhead:
@@ -648,6 +687,8 @@ class RangedReads:
         elif reading:
             self.read_aheads.move_to_end(key)
         if reading:
+            if ra.used < now - ACTIVE:
+                self._counted = (-ACTIVE, 0)      # one more object being read: count again
             ra.used = now
         streams = self.streams(now)
         ra.alone = streams <= 1

@@ -174,6 +174,9 @@ async def _read_all(reader, md, step: int = 1 << 20) -> bytes:
             out.append(b"".join(await reader._range(md, pos, min(pos + step, md.segment_size_in_bytes), cur)))
     finally:
         reader.reads -= 1
+    cache = reader._chunks            # eviction's list of the chunks readers moved past is exactly those
+    assert list(cache._passed) == [k for k in cache._passed if ChunkCache._rank(cache.entries[k]) == 0] and \
+        set(cache._passed) == {k for k, e in cache.entries.items() if ChunkCache._rank(e) == 0}
     return b"".join(out)
 
 
