@@ -9,8 +9,9 @@ reader that waits for one chunk at a time reads at a fraction of the local log's
   first byte's latency is half of a GET at most; the next segments a reader reads ahead into keep it) and a window
   of chunks requested ahead of the reader. The window grows to a GET's time at the reader's pace (the time it took
   over its last chunk) once the store is known, and at least doubles whenever the reader has to wait for a chunk
-  already on its way. A chunk the reader will need sooner than a whole GET takes (its first ones, before its pace
-  is known) is read in ranged parts at once. Read-ahead happens only on a read, so it stops when the reader stops.
+  already on its way. While it is the only object being read, a chunk the reader will need sooner than a whole GET
+  takes (its first ones, before its pace is known) is read in ranged parts at once. Read-ahead happens only on a
+  read, so it stops when the reader stops.
 - `ChunkCache` holds chunks, in flight and done, within `remote.fetch.max.memory.bytes`: a read-ahead is only started
   while bytes in flight plus chunks fetched ahead and not yet read fit the budget, a reader's own GET waits while
   the GETs under way already take the whole budget, and done chunks are evicted least recently used first. Chunks
@@ -38,7 +39,7 @@ from storage.tiered.eager import eager
 MIN_CHUNK = 2 << 20
 MAX_CHUNK = 16 << 20
 MIN_SHARED_CHUNK = 256 << 10   # the smallest chunk when many objects share the budget
-SPLIT = 4                 # ranged GETs at once for a chunk a reader waits for, the store idle (ChunkCache._start) ...
+SPLIT = 4                 # ranged GETs at once for a chunk needed soonest (ChunkCache._start, ReadAhead.parts_for) ...
 MIN_PIECE = 512 << 10     # ... each of at least this many bytes
 SHARE_CHUNKS = 3          # chunks an object's share of the budget holds at least: its reader's and 2 read ahead
 PAST_END = 32             # parts read ahead past an object's end, into the objects after it, at most
@@ -122,7 +123,8 @@ class ReadAhead:
     gets: GetEstimate | None = None     # the store's GETs, to size the window from the reader's pace
     reading: int = -1          # the chunk the reader has (RangedReads.chunk) ...
     got_at: float = 0.0        # ... and the monotonic time it got it
-    pace: float = 0.0          # seconds the reader took over its last whole chunk (0: not seen yet)
+    whole: bool = False        # ... from its first byte: the time it then takes over the chunk is its pace
+    pace: float = 0.0          # seconds the reader took over the last chunk it read whole (0: not seen yet)
     alone: bool = True         # the only object being read (RangedReads.read_ahead): its read-ahead may go in parts
 
     def stalled(self, i: int) -> None:
@@ -136,9 +138,11 @@ class ReadAhead:
         self.next_chunk(i)
 
     def next_chunk(self, i: int) -> None:
-        """The reader asks for chunk `i`: when it comes from i - 1, the time it took over that chunk is its pace, and
-        the window grows to a GET's time at that pace before the reader has to wait for it (paced)."""
-        if self.reading == i - 1 and self.got_at:
+        """The reader asks for chunk `i`: when it comes from i - 1, read from its first byte, the time it took over
+        that chunk is its pace, and the window grows to a GET's time at that pace before the reader has to wait for it
+        (paced). Not from a chunk it started within (a consumer's first Fetch at an offset in the middle of one): the
+        rest of it may take a moment, which is not the reader's pace."""
+        if self.reading == i - 1 and self.got_at and self.whole:
             self.pace = time.monotonic() - self.got_at
             if self.window:
                 self.paced()
@@ -160,8 +164,8 @@ class ReadAhead:
         latency and a part of its transfer time, not all of it. One GET for a store not known yet, or beside other
         objects being read: there parts would queue behind each other's on the store's connections (S3's
         max_concurrency) and come later than one GET."""
-        fit = self.gets.fit() if self.gets is not None and self.alone else None
-        if fit is None:
+        fit = self.gets.fit() if self.gets is not None and self.alone and self.window else None
+        if fit is None:                          # a window of 0: read-ahead is off, the next chunk one GET as ever
             return 1
         latency, bandwidth = fit
         need = ahead * self.pace
@@ -198,8 +202,8 @@ class ChunkCache:
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.entries: OrderedDict[object, _Chunk] = OrderedDict()
-        self._passed: dict[object, None] = {}   # the entries of rank 0 (_rank), least recently used first: eviction
-        #   takes them without a pass over every chunk (at 32 partitions a GET's eviction scanned ~50 of ~200)
+        self._passed: dict[object, None] = {}   # the entries of rank 0 (_rank), in the order they last became so or
+        #   were read: eviction takes them without a pass over every chunk (at 32 partitions a GET's looked at ~50)
         self.bytes = 0
         self.in_flight = 0          # bytes asked for and not yet answered
         self.unread_ahead = 0       # bytes fetched ahead and not read yet
@@ -320,7 +324,9 @@ class ChunkCache:
                 self._ranked(parts[i - 1][0], prev)
         fut, waiting = self.get(key, size, make)
         if waiting:
-            ra.stalled(i)
+            ra.stalled(i)                 # at least twice the window, or what the reader's pace needs
+        else:
+            ra.next_chunk(i)
         if i + 1 < len(parts) and parts[i + 1][0] not in self.entries:
             # the next part always: a read-ahead further out must not keep the reader's next chunk from starting
             nkey, nsize, nmake = parts[i + 1]
@@ -408,9 +414,9 @@ class ChunkCache:
 
     async def _fill(self, e: _Chunk, make: ReadInto):
         """Read chunk `e` into its buffer, in `e.parts` ranged GETs at once: a chunk a reader waits for while the store
-        is idle (_start) comes in a GET's latency and a part of its transfer time (a 4 MiB chunk at 30 ms + 80 MB/s:
-        ~45 ms, not 82); any other, one GET (fewer requests). The buffer, or the part of it filled up to the first
-        short piece (the object's end)."""
+        is idle (_start), or read ahead for a reader that will need it soon (ReadAhead.parts_for), comes in a GET's
+        latency and a part of its transfer time (a 4 MiB chunk at 30 ms + 80 MB/s: ~45 ms, not 82); any other, one
+        GET (fewer requests). The buffer, or the part of it filled up to the first short piece (the object's end)."""
         buf = e.buffer
         if e.parts == 1:
             return await make.fill(0, buf)
@@ -508,7 +514,7 @@ class ChunkCache:
         self._note_peak(want)
 
     def _evict_passed(self, keep, room: int, want: int) -> bool:
-        """_evict's first pass: chunks a sequential reader has moved past, least recently used first, until memory()
+        """_evict's first pass: chunks a sequential reader has moved past, in the order of `_passed`, until memory()
         leaves `room` bytes; whether it does."""
         while self._passed:
             it = iter(self._passed)
@@ -611,16 +617,17 @@ class RangedObject:
 
 
 class _Chunks:
-    """An object's chunks of `cs` bytes as the parts ChunkCache.in_order reads. A read-ahead past the object's end
-    goes on in the chunk size of this one (`reads.carry`): the reader is the same, and its window counts chunks."""
+    """An object's chunks of its reader's chunk size (`ra`'s, as it is now) as the parts ChunkCache.in_order reads. A
+    read-ahead past the object's end goes on in the chunk size of this one, and the objects it reads ahead into take
+    the reader's pace (`reads.carry`): the reader is the same, and its window counts chunks."""
 
-    def __init__(self, obj: RangedObject, cs: int, reads: "RangedReads"):
-        self.obj, self.cs, self.reads = obj, cs, reads
+    def __init__(self, obj: RangedObject, ra: ReadAhead, reads: "RangedReads"):
+        self.obj, self.ra, self.cs, self.reads = obj, ra, ra.chunk_size, reads
         if obj.after is None:
             self.past_end = None
 
     def past_end(self, window: int, count: int) -> bool:
-        return self.reads.carrying(self.cs, self.obj.after, window, count)
+        return self.reads.carrying(self.cs, self.ra.pace, self.obj.after, window, count)
 
     def __len__(self) -> int:
         return -(-self.obj.size // self.cs)
@@ -645,6 +652,7 @@ class RangedReads:
         self.default_chunk, self.first_window, self.max_objects = default_chunk, first_window, max_objects
         self.read_aheads: OrderedDict[object, ReadAhead] = OrderedDict()
         self.carry = 0                  # the chunk size of the object whose reader reads ahead into the next (_Chunks)
+        self.carry_pace = 0.0           # ... and that reader's pace (ReadAhead.pace)
 
     def streams(self, now: float) -> int:
         """Objects read within the last ACTIVE seconds (the most recently read are last in `read_aheads`), or the
@@ -673,7 +681,7 @@ class RangedReads:
         now = time.monotonic()
         ra = self.read_aheads.get(key)
         if ra is None:
-            ra = self.read_aheads[key] = ReadAhead(0, self.first_window, gets=self.estimate)
+            ra = self.read_aheads[key] = ReadAhead(0, self.first_window, gets=self.estimate, pace=self.carry_pace)
             if not reading:              # not read yet: with the objects not read lately (streams() stops at them)
                 self.read_aheads.move_to_end(key, last=False)
             elif len(self.read_aheads) > self.max_objects:
@@ -706,18 +714,18 @@ class RangedReads:
         for key in [k for k in self.read_aheads if pred(k)]:
             del self.read_aheads[key]
 
-    async def chunk(self, obj: RangedObject, i: int, ra: ReadAhead | None = None, wait=None) -> bytes:
-        """Chunk `i` of the object, after starting the read-ahead past it (ChunkCache.in_order). Shielded: a reader
-        that is cancelled must not cancel a GET other readers share. `wait(future)`, when given, is how the reader
-        waits for its chunk, shielded too (the broker's reader gives its pool slot back while it is not there)."""
+    async def chunk(self, obj: RangedObject, i: int, ra: ReadAhead | None = None, wait=None, at: int = 0) -> bytes:
+        """Chunk `i` of the object, after starting the read-ahead past it (ChunkCache.in_order), for a reader starting
+        at its byte `at`. Shielded: a reader that is cancelled must not cancel a GET other readers share.
+        `wait(future)`, when given, is how the reader waits for its chunk, shielded too (the broker's reader gives its
+        pool slot back while it is not there)."""
         ra = ra or self.read_ahead(obj.key)
-        chunks = _Chunks(obj, ra.chunk_size, self)
+        chunks = _Chunks(obj, ra, self)
         ra.finished = i + 1 >= len(chunks)       # a reader at its last chunk no longer takes a share of the budget
-        ra.next_chunk(i)
         fut = self.cache.in_order(ra, chunks, i)
         data = await (wait(fut) if wait is not None else asyncio.shield(fut))
-        if ra.reading != i:                      # the reader's pace: from here to its stall at a later chunk
-            ra.reading, ra.got_at = i, time.monotonic()
+        if ra.reading != i:                      # the reader's pace: from here to when it asks for the next chunk
+            ra.reading, ra.got_at, ra.whole = i, time.monotonic(), at == 0
         return data
 
     def start(self, obj: RangedObject, window: int, count: int) -> bool:
@@ -727,21 +735,25 @@ class RangedReads:
         them were requested (not while the budget is full; nothing past the last object is all of it)."""
         ra = self.read_ahead(obj.key, reading=False)
         ra.window = min(ra.max_window, max(ra.window, window))
-        chunks = _Chunks(obj, ra.chunk_size, self)
+        chunks = _Chunks(obj, ra, self)
         if not self.cache.read_ahead(chunks, 0, count):
             return False
         if count <= len(chunks):
             return True
         # a window longer than this object goes on past it, in this one's chunk size
-        return obj.after is None or bool(self.carrying(ra.chunk_size, obj.after, window, count - len(chunks)))
+        return obj.after is None or \
+            bool(self.carrying(ra.chunk_size, ra.pace, obj.after, window, count - len(chunks)))
 
-    def carrying(self, chunk_size: int, after: Callable[[int, int], bool], window: int, count: int) -> bool:
-        """`after(window, count)`, with the objects it starts reading ahead in taking `chunk_size` (`carry`)."""
-        previous, self.carry = self.carry, chunk_size
+    def carrying(self, chunk_size: int, pace: float, after: Callable[[int, int], bool], window: int,
+                 count: int) -> bool:
+        """`after(window, count)`, with the objects it starts reading ahead in taking `chunk_size` and the reader's
+        `pace` (`carry`): a segment read ahead into is not a reader just started, whose next chunks go in parts."""
+        previous = self.carry, self.carry_pace
+        self.carry, self.carry_pace = chunk_size, pace
         try:
             return after(window, count)
         finally:
-            self.carry = previous
+            self.carry, self.carry_pace = previous
 
     async def range(self, obj: RangedObject, start: int, end: int, cur: list, wait=None) -> list[memoryview]:
         """Views covering [start, end) of the object; `cur` keeps ((chunk size, index), view) of the last chunk;
@@ -757,7 +769,7 @@ class RangedReads:
             cs = ra.chunk_size              # again per chunk: it may shrink while the reader waits (more readers)
             i = pos // cs
             if cur[0] != (cs, i):
-                data = await self.chunk(obj, i, ra, wait)      # chunk() takes ra.chunk_size before it awaits
+                data = await self.chunk(obj, i, ra, wait, pos - i * cs)    # takes ra.chunk_size before it awaits
                 cur[0], cur[1] = (cs, i), memoryview(data).toreadonly()     # a buffer the cache reuses
             lo = pos - i * cs
             hi = min(end - i * cs, len(cur[1]))

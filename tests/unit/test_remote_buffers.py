@@ -10,6 +10,7 @@ import gc
 import os
 import random
 import threading
+import types
 import weakref
 
 import pytest
@@ -436,11 +437,8 @@ async def test_a_reader_on_a_known_store_gets_what_it_needs_soon_in_parts_and_wh
     Once it went through a chunk in 5 ms, its window grows to a GET's time at that pace before it has to wait, and
     each chunk goes in as few GETs as still come by the time the reader gets there: SPLIT parts up to 11 chunks
     ahead, 2 up to 16, one GET beyond. Beside another object being read, read-ahead is one GET per chunk."""
-    now = [100.0]
-    monkeypatch.setattr(remote_chunks.time, "monotonic", lambda: now[0])
-    est = GetEstimate()
-    for size in (100_000, 4 * MiB, 2 * MiB, 150_000):
-        est.observe(size, 0.030 + size / 80e6)
+    now = _clock(monkeypatch)
+    est = _known_store()
     data = os.urandom(20 * 4 * MiB)
     store = _PieceStore(data, delay=0)
     obj = RangedObject("seg", len(data), None, fetch_into=store.fetch_into)
@@ -467,4 +465,83 @@ async def test_a_reader_on_a_known_store_gets_what_it_needs_soon_in_parts_and_wh
     assert b"".join(await reads.range(other, 0, MiB, [-1, None])) == data[:MiB]
     await asyncio.gather(*reads.cache.pending)
     assert sorted(e - s for s, e in store.ranges) == [MiB] * remote_chunks.SPLIT + [4 * MiB] * 2   # its own in parts
+    await reads.close()
+
+
+def _clock(monkeypatch, tick: float = 0.0) -> list[float]:
+    """remote_chunks' monotonic clock, set by hand (the event loop keeps its own), `tick` seconds on at each reading."""
+    now = [100.0]
+
+    def monotonic() -> float:
+        now[0] += tick
+        return now[0]
+    monkeypatch.setattr(remote_chunks, "time", types.SimpleNamespace(monotonic=monotonic))
+    return now
+
+
+def _known_store() -> GetEstimate:
+    """An estimate that has seen GETs of a store at 30 ms + 80 MB/s (a 4 MiB chunk: 82 ms)."""
+    est = GetEstimate()
+    for size in (100_000, 4 * MiB, 2 * MiB, 150_000):
+        est.observe(size, 0.030 + size / 80e6)
+    return est
+
+
+async def test_a_reader_starting_within_a_chunk_takes_no_pace_from_the_rest_of_it(monkeypatch):
+    """A consumer's first Fetch at an offset near the end of a chunk reads the rest of it and goes on into the next
+    one at once: that moment is not the time the reader takes over a chunk. Taken as its pace, it widened the window
+    to the whole share and read every chunk of it in parts (40 chunks in 160 GETs here); the window stays as it was
+    until the reader has gone through a chunk from its first byte."""
+    now = _clock(monkeypatch, tick=1e-6)
+    data = os.urandom(48 * 4 * MiB)
+    store = _PieceStore(data, delay=0)
+    obj = RangedObject("seg", len(data), None, fetch_into=store.fetch_into)
+    reads = RangedReads(ChunkCache(256 * MiB), _known_store(), 4 * MiB, 2)
+    cur = [-1, None]
+    start = 4 * MiB - 100_000
+    assert b"".join(await reads.range(obj, start, start + MiB, cur)) == data[start:start + MiB]
+    await asyncio.gather(*reads.cache.pending)
+    assert reads.read_aheads["seg"].window == 2
+    assert max(e for _, e in store.ranges) <= 4 * 4 * MiB     # its two chunks and the first window's
+    store.ranges.clear()
+    await reads.range(obj, start + MiB, 2 * 4 * MiB, cur)     # the rest of chunk 1, which it read from its start
+    now[0] += 0.005                                          # in 5 ms
+    await reads.range(obj, 2 * 4 * MiB, 2 * 4 * MiB + 100, cur)
+    assert reads.read_aheads["seg"].window == 18             # 82 ms over 5 ms per chunk, and one more
+    await asyncio.gather(*reads.cache.pending)
+    await reads.close()
+
+
+class _SlowFrom(_PieceStore):
+    """GETs of ranges from `slow_from` on take `slow` seconds, the others none."""
+
+    def __init__(self, data: bytes, slow_from: int, slow: float):
+        super().__init__(data, delay=0)
+        self.slow_from, self.slow = slow_from, slow
+
+    async def fetch_into(self, start: int, end: int, buf):
+        if start >= self.slow_from:
+            await asyncio.sleep(self.slow)
+        return await super().fetch_into(start, end, buf)
+
+
+async def test_a_reader_that_waits_gets_the_window_its_pace_needs_or_twice_the_old_one(monkeypatch):
+    """A reader that went through its first chunk in 5 ms and must wait for its second, read ahead: the window goes
+    to what its pace needs (a GET of 82 ms at 5 ms per chunk: 17, and one more) or twice what it was, whichever is
+    wider; not twice the first of those (36), the budget held for chunks it reads no sooner."""
+    now = _clock(monkeypatch)
+    data = os.urandom(48 * 4 * MiB)
+    store = _SlowFrom(data, slow_from=4 * MiB, slow=0.2)
+    obj = RangedObject("seg", len(data), None, fetch_into=store.fetch_into)
+    reads = RangedReads(ChunkCache(256 * MiB), _known_store(), 4 * MiB, 2)
+    cur = [-1, None]
+    pos = 0
+    while pos < 4 * MiB:                         # chunk 0 from its first byte, in parts, at once
+        await reads.range(obj, pos, pos + MiB, cur)
+        pos += MiB
+    now[0] += 0.005
+    await reads.range(obj, pos, pos + MiB, cur)   # chunk 1: on its way for 0.2 s, the reader waits for it
+    assert reads.cache.waits == 1
+    assert reads.read_aheads["seg"].window == 18
+    await asyncio.gather(*reads.cache.pending)
     await reads.close()

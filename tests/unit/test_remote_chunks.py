@@ -241,7 +241,7 @@ def test_a_reader_that_outpaces_its_window_widens_it_at_once_to_cover_a_get_at_i
     monkeypatch.setattr(rc.time, "monotonic", lambda: now[0])
     est = GetEstimate()
     ra = rc.ReadAhead(4 * MiB, window=2, max_window=40, gets=est)
-    ra.reading, ra.got_at = 3, 100.0 - 0.005          # it went through chunk 3 in 5 ms
+    ra.reading, ra.got_at, ra.whole = 3, 100.0 - 0.005, True     # it went through chunk 3 in 5 ms
     ra.stalled(4)
     assert ra.window == 4                             # the store is not known yet: doubled
     for size in (100_000, 4 * MiB, 2 * MiB, 150_000):
@@ -252,7 +252,7 @@ def test_a_reader_that_outpaces_its_window_widens_it_at_once_to_cover_a_get_at_i
     ra.stalled(4)
     assert ra.window == 40
     slow = rc.ReadAhead(4 * MiB, window=8, max_window=40, gets=est)
-    slow.reading, slow.got_at = 0, 100.0 - 1.0        # a reader slower than the store: never narrower than doubled
+    slow.reading, slow.got_at, slow.whole = 0, 100.0 - 1.0, True     # slower than the store: at least doubled
     slow.stalled(1)
     assert slow.window == 16
     other = rc.ReadAhead(4 * MiB, window=2, max_window=40, gets=est)
@@ -260,7 +260,7 @@ def test_a_reader_that_outpaces_its_window_widens_it_at_once_to_cover_a_get_at_i
     other.stalled(3)                                  # this one waits at chunk 3: its own pace is not known
     assert other.window == 4
     off = rc.ReadAhead(4 * MiB, window=0, max_window=40, gets=est)     # remote.log.reader.prefetch.chunks=0
-    off.reading, off.got_at = 0, 100.0 - 0.001
+    off.reading, off.got_at, off.whole = 0, 100.0 - 0.001, True
     off.stalled(1)
     assert off.window == 0                            # read-ahead stays off
 
