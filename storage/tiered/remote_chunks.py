@@ -130,8 +130,8 @@ class ReadAhead:
     def stalled(self, i: int) -> None:
         """The reader waited for chunk `i`, already requested ahead: it reads faster than the window delivers. The
         window at least doubles and, once the store's GETs are known, grows at once to a GET's time at the reader's
-        pace (paced). Only doubled when the last chunk got was not i - 1 (another reader of the object, a seek); a
-        window of 0 (read-ahead off) stays 0."""
+        pace (paced). Only doubled when its pace over chunk i - 1 is not known (another reader of the object, a seek,
+        a chunk it started within); a window of 0 (read-ahead off) stays 0."""
         if self.window == 0:
             return
         self.window = min(self.max_window, self.window * 2)
