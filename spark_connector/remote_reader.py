@@ -190,7 +190,7 @@ class RemoteReader:
                     data, eof = b"", True                # nothing (more) in the object where the piece needs it
                 else:
                     try:
-                        data = self.client.call(self.reads.chunk(obj, i, ra))
+                        data = self.client.call(self.reads.chunk(obj, i, ra, at=skip))   # its pace: whole chunks
                     except ObjectNotFound:
                         self._gone(piece, builder, "its .log")
                         return
