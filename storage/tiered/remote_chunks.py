@@ -741,8 +741,7 @@ class RangedReads:
         if count <= len(chunks):
             return True
         # a window longer than this object goes on past it, in this one's chunk size
-        return obj.after is None or \
-            bool(self.carrying(ra.chunk_size, ra.pace, obj.after, window, count - len(chunks)))
+        return chunks.past_end is None or bool(chunks.past_end(window, count - len(chunks)))
 
     def carrying(self, chunk_size: int, pace: float, after: Callable[[int, int], bool], window: int,
                  count: int) -> bool:
